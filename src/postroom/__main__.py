@@ -1,0 +1,3 @@
+from postroom.cli.main import main
+
+main()

@@ -1,0 +1,138 @@
+"""What every CLI command shares: the data directory, opening the engine, printing, errors.
+
+User mistakes end as one sentence on stderr and exit status 1 — never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import json
+import os
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import typer
+from rich.console import Console
+
+from postroom.config import CONFIG_FILE, DATABASE_FILE, Config, load_config
+from postroom.core.errors import PostroomError
+from postroom.engine.ingest import IngestLimits
+from postroom.engine.services import Services
+
+__all__ = [
+    "CliContext",
+    "actor",
+    "fail",
+    "print_json",
+    "run",
+    "services_for",
+    "stdout",
+]
+
+T = TypeVar("T")
+
+stdout = Console(highlight=False, soft_wrap=True)
+stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+@dataclass(frozen=True, slots=True)
+class CliContext:
+    """Options of the root command, handed to every subcommand through ``ctx.obj``."""
+
+    data_dir: Path
+
+    @property
+    def database(self) -> Path:
+        return self.data_dir / DATABASE_FILE
+
+    @property
+    def folders_dir(self) -> Path:
+        return self.data_dir / "folders"
+
+    def config(self) -> Config:
+        return load_config(self.data_dir, os.environ)
+
+    def require_initialized(self) -> None:
+        if not self.database.exists():
+            raise PostroomError(
+                f"No postroom data directory at {self.data_dir} (no {DATABASE_FILE}); run "
+                "`postroom init` first, or pass --data DIR."
+            )
+
+
+def context(ctx: typer.Context) -> CliContext:
+    obj = ctx.find_root().obj
+    if not isinstance(obj, CliContext):  # pragma: no cover - the root callback always sets it
+        raise RuntimeError("CLI context missing")
+    return obj
+
+
+@asynccontextmanager
+async def services_for(cli: CliContext, *, require: bool = True) -> AsyncIterator[Services]:
+    """Open the engine over the data directory's database for one command."""
+    if require:
+        cli.require_initialized()
+    config = cli.config()
+    services = await Services.open_sqlite(
+        cli.database,
+        folders_dir=cli.folders_dir,
+        trigger=config.trigger(),
+        defaults=config.folder_defaults(),
+        limits=IngestLimits(
+            content_bytes=config.limits.content_bytes,
+            missing_notice_s=config.routing.missing_folder_notice_s,
+        ),
+    )
+    try:
+        yield services
+    finally:
+        await services.close()
+
+
+def actor() -> str:
+    """Who is writing, for the audit log."""
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):
+        return "cli"
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    stderr.print(f"[bold red]error:[/bold red] {message}", markup=True, highlight=False)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    try:
+        yield
+    except PostroomError as exc:
+        fail(str(exc))
+
+
+def run(factory: Callable[[], Awaitable[T]]) -> T:
+    """Run one async command body, turning postroom errors into a sentence and exit 1."""
+    with user_errors():
+        try:
+            return asyncio.run(_await(factory))
+        except KeyboardInterrupt:
+            fail("interrupted", 130)
+
+
+async def _await(factory: Callable[[], Awaitable[T]]) -> T:
+    return await factory()
+
+
+def print_json(value: Any) -> None:
+    """JSON on stdout, unstyled, so scripts can parse it."""
+    sys.stdout.write(json.dumps(value, ensure_ascii=False, indent=2, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def config_path(cli: CliContext) -> Path:
+    return cli.data_dir / CONFIG_FILE

@@ -1,0 +1,123 @@
+"""The ``postroom`` command (INTERFACES §2)."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from postroom import __version__
+from postroom.cli import folders, messages, routes
+from postroom.cli.common import (
+    CliContext,
+    actor,
+    config_path,
+    context,
+    print_json,
+    run,
+    services_for,
+    stdout,
+)
+from postroom.config import DATABASE_FILE, initial_config_text
+from postroom.engine.bootstrap import bootstrap
+from postroom.logs import configure_logging
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="postroom",
+    help="postroom — a self-hosted message router for LLM agents.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+app.add_typer(folders.app, name="folders")
+app.add_typer(routes.app, name="routes")
+messages.register(app)
+
+
+def _version(value: bool) -> None:
+    if value:
+        stdout.print(f"postroom {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    data: Annotated[
+        Path,
+        typer.Option(
+            "--data",
+            envvar="POSTROOM_DATA",
+            help="The data directory (postroom.toml, the database, the folders).",
+            show_default=True,
+        ),
+    ] = Path("postroom-data"),
+    log_level: Annotated[
+        str,
+        typer.Option("--log-level", help="debug, info, warning, error."),
+    ] = "warning",
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
+    configure_logging(level=log_level)
+    ctx.obj = CliContext(data_dir=data)
+
+
+@app.command()
+def init(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Create the data directory: postroom.toml with an API token, the database, the folder
+    main and the catch-all route. Running it again never overwrites anything."""
+    cli = context(ctx)
+
+    async def body() -> dict[str, object]:
+        cli.data_dir.mkdir(parents=True, exist_ok=True)
+        path = config_path(cli)
+        token: str | None = None
+        wrote_config = False
+        if not path.exists():
+            token = secrets.token_urlsafe(32)
+            path.write_text(initial_config_text(token=token, provider="echo"), "utf-8")
+            path.chmod(0o600)
+            wrote_config = True
+        existed = (cli.data_dir / DATABASE_FILE).exists()
+        async with services_for(cli, require=False) as services:
+            report = await bootstrap(services, actor=actor())
+        return {
+            "data_dir": str(cli.data_dir),
+            "config": str(path),
+            "config_created": wrote_config,
+            "database_created": not existed,
+            "folder_created": "main" if report.created_folder else None,
+            "route_created": report.route_id,
+            "token": token,
+        }
+
+    result = run(body)
+    if as_json:
+        print_json(result)
+        return
+    if result["config_created"]:
+        stdout.print(f"Wrote {result['config']}")
+        stdout.print(f"API token: {result['token']}")
+    else:
+        stdout.print(f"Kept the existing {result['config']}")
+    if result["database_created"]:
+        stdout.print(f"Created the database in {result['data_dir']}")
+    if result["folder_created"]:
+        stdout.print(f'Created folder main and route {result["route_created"]}: 9999 "" → main')
+    else:
+        stdout.print("The folders and routes were already set up; nothing changed.")
+
+
+def main() -> None:
+    app()

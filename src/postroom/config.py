@@ -1,0 +1,326 @@
+"""Configuration (INTERFACES §1): ``postroom.toml``, ``POSTROOM_<A>__<B>`` variables, defaults.
+
+Settings resolve: CLI flag > environment > file > defaults. Unknown keys are an error that
+names the key, wherever they come from. Durations are written ``90s``, ``30m``, ``2h`` or ``0``
+and held in seconds; inside the code their names carry the unit (``engagement_ttl_s``) while the
+public keys keep their documented names. Only the entry point reads the environment: it passes
+``os.environ`` to :func:`load_config`.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+from postroom.core.durations import parse_duration
+from postroom.core.errors import ConfigError
+from postroom.core.folders import BusyPolicy, FolderDefaults, Session
+from postroom.core.trigger import DEFAULT_ALIASES, DEFAULT_ASSISTANT_NAME, Trigger
+
+__all__ = [
+    "CONFIG_FILE",
+    "DATABASE_FILE",
+    "Config",
+    "initial_config_text",
+    "load_config",
+]
+
+CONFIG_FILE = "postroom.toml"
+DATABASE_FILE = "postroom.db"
+ENV_PREFIX = "POSTROOM_"
+#: Variables of the POSTROOM_ prefix that are not of the <A>__<B> form but still mean something.
+SPECIAL_VARIABLES = {"POSTROOM_DATA", "POSTROOM_API_TOKEN"}
+KNOWN_CHANNELS = (
+    "telegram",
+    "discord",
+    "slack",
+    "whatsapp",
+    "email",
+    "matrix",
+    "mastodon",
+    "hook",
+    "http",
+    "web",
+    "tui",
+)
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=False)
+
+
+class ServerConfig(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(8484, ge=0, le=65535)
+
+
+class ApiConfig(_Section):
+    token: str = ""
+
+
+class AssistantConfig(_Section):
+    name: str = DEFAULT_ASSISTANT_NAME
+    aliases: tuple[str, ...] = DEFAULT_ALIASES
+
+
+class OwnersConfig(_Section):
+    senders: tuple[str, ...] = ()
+
+
+class DefaultsConfig(_Section):
+    provider: str = "echo"
+    model: str | None = None
+    engagement_ttl_s: Duration = Field(1800.0, alias="engagement_ttl")
+    session: Session = Session.PER_CHAT
+    busy_policy: BusyPolicy = BusyPolicy.FOLLOWUP
+
+
+class QueueConfig(_Section):
+    max_attempts: int = Field(3, ge=1)
+    backoff_base_s: Duration = Field(60.0, alias="backoff_base")
+    max_concurrent_turns: int = Field(8, ge=1)
+    lease_s: Duration = Field(30.0, alias="lease")
+    shutdown_grace_s: Duration = Field(30.0, alias="shutdown_grace")
+    lease_renew_s: Duration = Field(10.0, alias="lease_renew")
+
+
+class DeliveryConfig(_Section):
+    ttl_s: Duration = Field(3600.0, alias="ttl")
+    backoff_base_s: Duration = Field(2.0, alias="backoff_base")
+
+
+class ObserveConfig(_Section):
+    window_messages: int = Field(20, ge=0)
+    window_chars: int = Field(8000, ge=0)
+
+
+class ContextConfig(_Section):
+    max_messages: int = Field(200, ge=1)
+
+
+class LimitsConfig(_Section):
+    content_bytes: int = Field(65536, ge=1)
+    body_bytes: int = Field(1048576, ge=1)
+    image_bytes: int = Field(5242880, ge=1)
+
+
+class SchedulerConfig(_Section):
+    tick_s: Duration = Field(10.0, alias="tick")
+
+
+class LlmConfig(_Section):
+    max_model_calls: int = Field(5, ge=1)
+
+
+class DelegationConfig(_Section):
+    max_depth: int = Field(3, ge=0)
+
+
+class CompactionConfig(_Section):
+    threshold: float = Field(0.75, gt=0, le=1)
+    keep_last: int = Field(10, ge=0)
+
+
+class RoutingConfig(_Section):
+    missing_folder_notice_s: Duration = Field(3600.0, alias="missing_folder_notice")
+
+
+class TranscriberConfig(_Section):
+    base_url: str | None = None
+    model: str | None = None
+    api_key: str | None = None
+
+
+class ProviderConfig(_Section):
+    base_url: str | None = None
+    api_keys: tuple[str, ...] = ()
+    #: For providers reached through another's API (an OpenAI-compatible server).
+    kind: str | None = None
+    delay_ms: int = Field(0, ge=0)
+
+
+class Config(_Section):
+    server: ServerConfig = ServerConfig()
+    api: ApiConfig = ApiConfig()
+    assistant: AssistantConfig = AssistantConfig()
+    owners: OwnersConfig = OwnersConfig()
+    defaults: DefaultsConfig = DefaultsConfig()
+    queue: QueueConfig = QueueConfig()
+    delivery: DeliveryConfig = DeliveryConfig()
+    observe: ObserveConfig = ObserveConfig()
+    context: ContextConfig = ContextConfig()
+    limits: LimitsConfig = LimitsConfig()
+    scheduler: SchedulerConfig = SchedulerConfig()
+    llm: LlmConfig = LlmConfig()
+    delegation: DelegationConfig = DelegationConfig()
+    compaction: CompactionConfig = CompactionConfig()
+    routing: RoutingConfig = RoutingConfig()
+    transcriber: TranscriberConfig = TranscriberConfig()
+    providers: dict[str, ProviderConfig] = Field(default_factory=dict)
+    #: Per-adapter sections; each adapter validates its own keys when it starts.
+    channels: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    def trigger(self) -> Trigger:
+        return Trigger(self.assistant.name, tuple(self.assistant.aliases))
+
+    def folder_defaults(self) -> FolderDefaults:
+        return FolderDefaults(
+            provider=self.defaults.provider,
+            model=self.defaults.model,
+            engagement_ttl_s=int(self.defaults.engagement_ttl_s),
+            busy_policy=self.defaults.busy_policy,
+            session=self.defaults.session,
+        )
+
+
+_VENDOR_KEYS = {
+    "ANTHROPIC_API_KEY": ("anthropic", "api_keys"),
+    "OPENAI_API_KEY": ("openai", "api_keys"),
+    "GEMINI_API_KEY": ("gemini", "api_keys"),
+    "OLLAMA_HOST": ("ollama", "base_url"),
+}
+
+
+def load_config(
+    data_dir: Path,
+    environ: Mapping[str, str],
+    overrides: Mapping[str, Any] | None = None,
+) -> Config:
+    """Read ``DIR/postroom.toml`` (if present), then the environment, then *overrides*.
+
+    *overrides* are CLI flags as a nested mapping, e.g. ``{"server": {"port": 9000}}``.
+    Raises :class:`ConfigError` naming the offending key.
+    """
+    path = data_dir / CONFIG_FILE
+    data: dict[str, Any] = {}
+    if path.exists():
+        try:
+            data = tomllib.loads(path.read_text("utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path} is not valid TOML: {exc}.") from exc
+    env_keys: dict[tuple[str, ...], str] = {}
+    for name, raw in environ.items():
+        if not name.startswith(ENV_PREFIX) or raw == "":
+            continue
+        if name == "POSTROOM_API_TOKEN":
+            _merge(data, ("api", "token"), raw)
+            env_keys[("api", "token")] = name
+            continue
+        if "__" not in name[len(ENV_PREFIX) :]:
+            continue  # not configuration (POSTROOM_DATA, POSTROOM_TEST_*...)
+        keys = tuple(part.lower() for part in name[len(ENV_PREFIX) :].split("__"))
+        if any(not k for k in keys):
+            raise ConfigError(f"Environment variable {name} has an empty key part.")
+        _merge(data, keys, _env_value(raw))
+        env_keys[keys] = name
+    for name, (provider, key) in _VENDOR_KEYS.items():
+        raw = environ.get(name, "")
+        if not raw:
+            continue
+        section = data.setdefault("providers", {}).setdefault(provider, {})
+        if isinstance(section, dict) and not section.get(key):
+            section[key] = [raw] if key == "api_keys" else raw
+    if overrides:
+        for keys, value in _flatten(overrides):
+            _merge(data, keys, value)
+    for channel in data.get("channels", {}) or {}:
+        if channel not in KNOWN_CHANNELS:
+            raise ConfigError(
+                f"Unknown channel [channels.{channel}] in the configuration; the channels are "
+                f"{', '.join(KNOWN_CHANNELS)}."
+            )
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, path, env_keys)) from exc
+
+
+def _env_value(raw: str) -> Any:
+    """List and table values arrive as JSON; anything else stays text for the model to read."""
+    text = raw.strip()
+    if text[:1] in "[{":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            return raw
+    return raw
+
+
+def _merge(data: dict[str, Any], keys: tuple[str, ...], value: Any) -> None:
+    node = data
+    for key in keys[:-1]:
+        child = node.get(key)
+        if not isinstance(child, dict):
+            child = {}
+            node[key] = child
+        node = child
+    node[keys[-1]] = value
+
+
+def _flatten(
+    tree: Mapping[str, Any], prefix: tuple[str, ...] = ()
+) -> list[tuple[tuple[str, ...], Any]]:
+    out: list[tuple[tuple[str, ...], Any]] = []
+    for key, value in tree.items():
+        if isinstance(value, Mapping):
+            out.extend(_flatten(value, (*prefix, key)))
+        else:
+            out.append(((*prefix, key), value))
+    return out
+
+
+def _describe(exc: ValidationError, path: Path, env_keys: Mapping[tuple[str, ...], str]) -> str:
+    error = exc.errors()[0]
+    loc = tuple(str(part) for part in error["loc"])
+    key = ".".join(loc)
+    # The error may sit at a section the variable created (POSTROOM_NOSUCH__KEY → "nosuch").
+    variable = next(
+        (
+            name
+            for keys, name in env_keys.items()
+            if keys[: len(loc)] == loc or loc[: len(keys)] == keys
+        ),
+        None,
+    )
+    source = f"environment variable {variable}" if variable else str(path)
+    if error["type"] == "extra_forbidden":
+        return f"Unknown configuration key {key!r} in {source}."
+    message = str(error["msg"])
+    message = message.removeprefix("Value error, ")
+    return f"Bad value for {key!r} in {source}: {message}."
+
+
+def initial_config_text(*, token: str, provider: str) -> str:
+    """The ``postroom.toml`` that ``postroom init`` writes: the token, the provider, and the
+    most useful keys as comments."""
+    return f"""\
+# postroom configuration. Every key is optional; the defaults are shown commented out.
+# Environment variables override this file: POSTROOM_SERVER__PORT=9000, and so on.
+
+[api]
+# Bearer token for the HTTP API, the terminal UI and the operator web chat.
+token = "{token}"
+
+[defaults]
+provider = "{provider}"
+# model = ""
+# engagement_ttl = "30m"
+# session = "per-chat"      # or "shared"
+# busy_policy = "followup"  # or "interrupt", "steer"
+
+[server]
+# host = "127.0.0.1"
+# port = 8484
+
+[assistant]
+# name = "Postroom"     # "@Postroom ..." at the start of a message is a mention
+# aliases = ["ghost"]
+"""

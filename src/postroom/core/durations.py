@@ -1,0 +1,41 @@
+"""Durations as people write them: ``90s``, ``30m``, ``2h``, ``0``."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+__all__ = ["format_duration", "parse_duration"]
+
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds in a duration: ``90s`` → 90.0, ``30m`` → 1800.0, ``2h`` → 7200.0, ``0`` → 0.0.
+
+    Raises ``ValueError`` with a sentence saying what is expected.
+    """
+    if isinstance(value, bool):
+        raise ValueError("expected a duration like 90s, 30m, 2h or 0")
+    if isinstance(value, (int, float)):
+        if value == 0:
+            return 0.0
+        raise ValueError(f"write durations with a unit (e.g. {value}s), not a bare number")
+    if isinstance(value, str):
+        if value.strip() == "0":
+            return 0.0
+        m = _DURATION.fullmatch(value)
+        if m:
+            return float(m.group(1)) * _UNIT_S[m.group(2)]
+    raise ValueError(f"expected a duration like 90s, 30m, 2h or 0, not {value!r}")
+
+
+def format_duration(seconds: float) -> str:
+    """The shortest exact spelling: 1800 → ``30m``, 90 → ``90s``, 0 → ``0``."""
+    if seconds == 0:
+        return "0"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"

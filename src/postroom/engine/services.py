@@ -1,0 +1,92 @@
+"""The engine's components built together over one store, for the CLI and the server.
+
+This is wiring, not a facade: callers use the components directly (``services.routes``,
+``services.ingest``...). Each still receives its collaborators in its constructor, so tests
+can build any of them alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from postroom.core.folders import FolderDefaults
+from postroom.core.trigger import Trigger
+from postroom.engine.catalog import Catalog
+from postroom.engine.clock import Clock, system_clock
+from postroom.engine.folders import FolderService
+from postroom.engine.ingest import IngestLimits, Ingestor
+from postroom.engine.router import Router
+from postroom.engine.routes import RouteService
+from postroom.store.protocol import Store
+from postroom.store.sqlite import SqliteStore
+
+__all__ = ["Services"]
+
+
+@dataclass(slots=True)
+class Services:
+    store: Store
+    catalog: Catalog
+    router: Router
+    routes: RouteService
+    folders: FolderService
+    ingest: Ingestor
+    defaults: FolderDefaults
+    clock: Clock
+
+    @classmethod
+    def build(
+        cls,
+        store: Store,
+        *,
+        folders_dir: Path,
+        trigger: Trigger,
+        defaults: FolderDefaults,
+        limits: IngestLimits,
+        clock: Clock = system_clock,
+    ) -> Services:
+        catalog = Catalog()
+        router = Router(store=store, catalog=catalog, trigger=trigger, clock=clock)
+        folders = FolderService(store=store, catalog=catalog, clock=clock, folders_dir=folders_dir)
+        return cls(
+            store=store,
+            catalog=catalog,
+            router=router,
+            routes=RouteService(store=store, catalog=catalog, clock=clock),
+            folders=folders,
+            ingest=Ingestor(
+                store=store,
+                router=router,
+                catalog=catalog,
+                folders=folders,
+                clock=clock,
+                limits=limits,
+            ),
+            defaults=defaults,
+            clock=clock,
+        )
+
+    @classmethod
+    async def open_sqlite(
+        cls,
+        database: Path,
+        *,
+        folders_dir: Path,
+        trigger: Trigger,
+        defaults: FolderDefaults,
+        limits: IngestLimits,
+        clock: Clock = system_clock,
+    ) -> Services:
+        store = await SqliteStore.open(database)
+        return cls.build(
+            store,
+            folders_dir=folders_dir,
+            trigger=trigger,
+            defaults=defaults,
+            limits=limits,
+            clock=clock,
+        )
+
+    async def close(self) -> None:
+        await self.store.close()

@@ -1,0 +1,27 @@
+"""Storage: the :class:`Store` protocol and its implementations.
+
+Hot paths are raw SQL through the driver; schema changes are numbered migrations.
+"""
+
+from postroom.store.protocol import PriorOutcome, Store, StoreTx
+from postroom.store.records import (
+    DropRecord,
+    NewMessage,
+    RouteAuditRecord,
+    RouteRecord,
+    RouteSpec,
+)
+from postroom.store.sqlite import SchemaTooNew, SqliteStore
+
+__all__ = [
+    "DropRecord",
+    "NewMessage",
+    "PriorOutcome",
+    "RouteAuditRecord",
+    "RouteRecord",
+    "RouteSpec",
+    "SchemaTooNew",
+    "SqliteStore",
+    "Store",
+    "StoreTx",
+]

@@ -1,0 +1,94 @@
+"""Builders for integration tests: an engine over a real SQLite file, inbound messages, and
+the folders and route table of ROUTING §7."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from postroom.core import InboundMessage, Trigger, Verb
+from postroom.core.folders import FolderDefaults
+from postroom.engine import FolderSpec, IngestLimits, Services
+from postroom.store import SqliteStore
+
+_ids = itertools.count(1)
+
+SPEC_FOLDERS = (
+    "atlas",
+    "atlas/content",
+    "atlas/social",
+    "atlas/legal",
+    "atlas/dm",
+    "atlas/posts",
+    "main",
+    "acme",
+    "acme/eng",
+    "other",
+)
+SPEC_ROWS = (
+    (-10, "chat_jid=telegram:user/12345", "atlas/legal"),
+    (0, "platform=telegram", "atlas"),
+    (0, "platform=discord room=dm/*", "atlas/dm"),
+    (0, "platform=reddit verb=post", "atlas/posts"),
+    (10, "platform=discord room=guild/sloth", "main"),
+    (20, "platform=discord room=guild/* verb=mention", "main"),
+    (30, "platform=discord room=guild/*", "main#observe"),
+    (40, "chat_jid=hook:acme/eng/github", "acme/eng#deploy"),
+    (9999, "", "atlas"),
+)
+
+
+def inbound(
+    chat_jid: str,
+    text: str,
+    *,
+    sender: str = "telegram:user/42",
+    id: str | None = None,
+    verb: Verb = Verb.MESSAGE,
+    reply_to: str | None = None,
+    topic: str = "",
+    is_from_me: bool = False,
+    mentioned: bool = False,
+) -> InboundMessage:
+    return InboundMessage(
+        id=id or f"m{next(_ids)}",
+        chat_jid=chat_jid,
+        sender=sender,
+        content=text,
+        timestamp=datetime(2026, 1, 5, 12, 0, tzinfo=UTC),
+        sender_name=sender.rpartition("/")[2],
+        reply_to=reply_to,
+        topic=topic,
+        verb=verb,
+        is_from_me=is_from_me,
+        mentioned=mentioned,
+    )
+
+
+async def open_services(
+    tmp_path: Path,
+    clock: Callable[[], datetime],
+    *,
+    trace: Callable[[str], None] | None = None,
+    name: str = "postroom.db",
+) -> Services:
+    store = await SqliteStore.open(tmp_path / name, trace=trace)
+    return Services.build(
+        store,
+        folders_dir=tmp_path / "folders",
+        trigger=Trigger(),
+        defaults=FolderDefaults(),
+        limits=IngestLimits(content_bytes=4096, missing_notice_s=3600),
+        clock=clock,
+    )
+
+
+async def seed_spec_table(services: Services) -> None:
+    """ROUTING §7: the folders, and rows 1-9 with exactly the spec's ids."""
+    for path in SPEC_FOLDERS:
+        if path not in {f.path for f in await services.folders.list_folders()}:
+            await services.folders.add_folder(path, FolderSpec(), actor="test")
+    for seq, match, target in SPEC_ROWS:
+        await services.routes.add_route(seq, match, target, actor="test")
