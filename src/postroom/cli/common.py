@@ -18,11 +18,13 @@ from typing import Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from postroom.config import CONFIG_FILE, DATABASE_FILE, Config, load_config
 from postroom.core.errors import PostroomError
 from postroom.engine.ingest import IngestLimits
 from postroom.engine.services import Services
+from postroom.engine.turns import QueueSettings
 
 __all__ = [
     "CliContext",
@@ -57,6 +59,10 @@ class CliContext:
     def config(self) -> Config:
         return load_config(self.data_dir, os.environ)
 
+    def config_with(self, overrides: dict[str, Any]) -> Config:
+        """The configuration with command-line flags on top (flag > environment > file)."""
+        return load_config(self.data_dir, os.environ, overrides)
+
     def require_initialized(self) -> None:
         if not self.database.exists():
             raise PostroomError(
@@ -87,6 +93,8 @@ async def services_for(cli: CliContext, *, require: bool = True) -> AsyncIterato
             content_bytes=config.limits.content_bytes,
             missing_notice_s=config.routing.missing_folder_notice_s,
         ),
+        queue=QueueSettings(max_attempts=config.queue.max_attempts),
+        owners=frozenset(config.owners.senders),
     )
     try:
         yield services
@@ -103,7 +111,8 @@ def actor() -> str:
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
-    stderr.print(f"[bold red]error:[/bold red] {message}", markup=True, highlight=False)
+    # The message is data, never markup: "[api] token" must print as written.
+    stderr.print(Text("error: ", style="bold red") + Text(message), highlight=False)
     raise typer.Exit(code)
 
 

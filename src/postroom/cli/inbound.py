@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from postroom.core.errors import InvalidInput
 from postroom.core.messages import InboundMessage, Verb
-from postroom.engine.ingest import new_message_id
+from postroom.engine.notices import new_message_id
 
 __all__ = ["build_inbound"]
 

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from postroom import __version__
-from postroom.cli import folders, messages, routes
+from postroom.cli import folders, jobs, messages, routes, tasks
 from postroom.cli.common import (
     CliContext,
     actor,
@@ -20,6 +20,7 @@ from postroom.cli.common import (
     services_for,
     stdout,
 )
+from postroom.cli.serve import serve
 from postroom.config import DATABASE_FILE, initial_config_text
 from postroom.engine.bootstrap import bootstrap
 from postroom.logs import configure_logging
@@ -36,7 +37,11 @@ app = typer.Typer(
 )
 app.add_typer(folders.app, name="folders")
 app.add_typer(routes.app, name="routes")
+app.add_typer(jobs.app, name="jobs")
+app.add_typer(jobs.runs_app, name="runs")
+app.add_typer(tasks.app, name="tasks")
 messages.register(app)
+app.command("serve")(serve)
 
 
 def _version(value: bool) -> None:
@@ -58,15 +63,17 @@ def root(
         ),
     ] = Path("postroom-data"),
     log_level: Annotated[
-        str,
-        typer.Option("--log-level", help="debug, info, warning, error."),
-    ] = "warning",
+        str | None,
+        typer.Option(
+            "--log-level", help="debug, info, warning, error (default: warning; serve: info)."
+        ),
+    ] = None,
     version: Annotated[
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
     ] = False,
 ) -> None:
-    configure_logging(level=log_level)
+    configure_logging(level=log_level or "warning")
     ctx.obj = CliContext(data_dir=data)
 
 
@@ -117,6 +124,9 @@ def init(
         stdout.print(f'Created folder main and route {result["route_created"]}: 9999 "" → main')
     else:
         stdout.print("The folders and routes were already set up; nothing changed.")
+    stdout.print(
+        "Next: postroom serve, then open http://127.0.0.1:8484 (operator view: add ?token=<token>)."
+    )
 
 
 def main() -> None:

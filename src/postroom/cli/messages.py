@@ -77,8 +77,8 @@ def messages(
     cli = context(ctx)
 
     async def body() -> list[StoredMessage]:
-        async with services_for(cli) as services, services.store.read() as tx:
-            return await tx.list_messages(
+        async with services_for(cli) as services:
+            return await services.history.messages(
                 chat_jid=chat_jid, folder=folder, after_seq=after_seq, limit=limit
             )
 
@@ -98,8 +98,8 @@ def drops(
     cli = context(ctx)
 
     async def body() -> list[DropRecord]:
-        async with services_for(cli) as services, services.store.read() as tx:
-            return await tx.list_drops(limit=limit)
+        async with services_for(cli) as services:
+            return await services.history.drops(limit=limit)
 
     found = run(body)
     if as_json:

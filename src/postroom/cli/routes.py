@@ -172,8 +172,8 @@ def history(
     cli = context(ctx)
 
     async def body() -> list[RouteAuditRecord]:
-        async with services_for(cli) as services, services.store.read() as tx:
-            return await tx.list_route_audit(limit=limit)
+        async with services_for(cli) as services:
+            return await services.history.route_changes(limit=limit)
 
     entries = run(body)
     if as_json:

@@ -158,9 +158,18 @@ def resolve(
         trail.append("observed: stored for context, no turn")
         # Positional, as for the fire below: observing is the other hot path.
         return Decision(
-            Action.OBSERVE, home_layer, home, observed_topic, content, None, route_id,
-            None, None, tuple(trail), verb,
-        )  # fmt: skip
+            Action.OBSERVE,
+            home_layer,
+            home,
+            observed_topic,
+            content,
+            None,
+            route_id,
+            None,
+            None,
+            tuple(trail),
+            verb,
+        )
     if folder is None:
         sticky = chat.sticky_group
         if sticky:

@@ -8,7 +8,8 @@ from postroom.engine.bootstrap import BootstrapReport, bootstrap
 from postroom.engine.catalog import Catalog, CatalogSnapshot
 from postroom.engine.clock import Clock, system_clock
 from postroom.engine.folders import FolderService, FolderSpec, folder_to_dict
-from postroom.engine.ingest import IngestLimits, Ingestor, IngestResult, host_message
+from postroom.engine.ingest import IngestLimits, Ingestor, IngestResult
+from postroom.engine.notices import host_message, post_notice, store_message_direct
 from postroom.engine.router import Router
 from postroom.engine.routes import RouteService, RouteView
 from postroom.engine.services import Services
@@ -30,5 +31,7 @@ __all__ = [
     "bootstrap",
     "folder_to_dict",
     "host_message",
+    "post_notice",
+    "store_message_direct",
     "system_clock",
 ]

@@ -1,27 +1,45 @@
 """Side effects of steering commands, applied inside the ingest transaction (ROUTING §3.1).
 
 Setting or clearing the sticky group ends the chat's engagement; ``/new`` starts the next
-generation of the conversation and ends the engagement; ``/status`` reports the chat's routing
-state. The answer to every command is a ``host`` message: shown to the user, never to a model.
+generation of the conversation and ends the engagement; ``/stop`` cancels the conversation's
+running turn; ``/status`` reports the chat's routing state and queue position. The answer to
+every command is a ``host`` message: shown to the user, never to a model.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 from postroom.core.decision import ChatState, Command, CommandKind, Decision
+from postroom.core.folders import FolderSettings
+from postroom.engine.turns import conversation_chat
 from postroom.store.protocol import StoreTx
+from postroom.store.records import JobStatus
 
-__all__ = ["apply_command", "status_text"]
+__all__ = ["CommandOutcome", "apply_command", "status_text"]
+
+
+@dataclass(frozen=True, slots=True)
+class CommandOutcome:
+    ack: str | None
+    #: A running turn the command cancelled (``/stop``), to stop now.
+    cancelled_job: int | None = None
 
 
 async def apply_command(
-    tx: StoreTx, decision: Decision, chat_jid: str, *, now: datetime
-) -> str | None:
-    """Carry out the command of *decision*; return the acknowledgement text."""
+    tx: StoreTx,
+    decision: Decision,
+    chat_jid: str,
+    *,
+    now: datetime,
+    settings: FolderSettings | None,
+) -> CommandOutcome:
+    """Carry out the command of *decision*. *settings* are those of the folder the command
+    concerns (for ``/new``, ``/stop``, ``/status``)."""
     command = decision.command
     if command is None:
-        return decision.ack
+        return CommandOutcome(decision.ack)
     kind = command.kind
     if kind is CommandKind.SET_STICKY:
         await tx.set_sticky_group(chat_jid, command.folder, now=now)
@@ -34,17 +52,60 @@ async def apply_command(
     elif kind is CommandKind.CLEAR_TOPIC:
         await tx.set_sticky_topic(chat_jid, None, now=now)
     elif kind is CommandKind.NEW:
-        if command.folder is not None:
-            await tx.new_conversation(command.folder, command.topic or "", chat_jid, now=now)
+        if command.folder is not None and settings is not None:
+            await tx.new_conversation(
+                command.folder,
+                command.topic or "",
+                conversation_chat(settings, chat_jid),
+                now=now,
+            )
         await tx.end_engagements(chat_jid)
     elif kind is CommandKind.STOP:
-        return f"nothing is running for {command.folder}"
+        return await _stop(tx, command, chat_jid, now=now, settings=settings)
     elif kind is CommandKind.STATUS:
-        return status_text(command, await tx.chat_state(chat_jid), now=now)
-    return decision.ack
+        queue = await _queue_text(tx, command, chat_jid, now=now, settings=settings)
+        return CommandOutcome(
+            status_text(command, await tx.chat_state(chat_jid), now=now, queue=queue)
+        )
+    return CommandOutcome(decision.ack)
 
 
-def status_text(command: Command, chat: ChatState, *, now: datetime) -> str:
+async def _conversation(
+    tx: StoreTx, command: Command, chat_jid: str, *, now: datetime, settings: FolderSettings | None
+) -> int | None:
+    if command.folder is None or settings is None:
+        return None
+    return await tx.current_conversation(
+        command.folder, command.topic or "", conversation_chat(settings, chat_jid), now=now
+    )
+
+
+async def _stop(
+    tx: StoreTx, command: Command, chat_jid: str, *, now: datetime, settings: FolderSettings | None
+) -> CommandOutcome:
+    conversation_id = await _conversation(tx, command, chat_jid, now=now, settings=settings)
+    if conversation_id is not None:
+        for job in await tx.open_jobs(conversation_id):
+            if job.status is JobStatus.RUNNING:
+                await tx.cancel_job(job.id, now=now)
+                return CommandOutcome(f"stopped the turn in progress (job {job.id})", job.id)
+    return CommandOutcome(f"nothing is running for {command.folder}")
+
+
+async def _queue_text(
+    tx: StoreTx, command: Command, chat_jid: str, *, now: datetime, settings: FolderSettings | None
+) -> str:
+    conversation_id = await _conversation(tx, command, chat_jid, now=now, settings=settings)
+    position = None if conversation_id is None else await tx.queue_position(conversation_id)
+    if position is None:
+        return "idle"
+    state, ahead = position
+    if state == "running":
+        return "a turn is running"
+    return f"a turn is queued ({ahead} ahead)" if ahead else "a turn is queued (next)"
+
+
+def status_text(command: Command, chat: ChatState, *, now: datetime, queue: str = "idle") -> str:
     """One line a person can read: where the chat's messages go and why."""
     parts = [f"folder {command.folder}"]
     parts.append(f"topic {command.topic}" if command.topic else "no topic")
@@ -58,4 +119,5 @@ def status_text(command: Command, chat: ChatState, *, now: datetime) -> str:
         if engagement.until > now
     ]
     parts.append("engaged to " + ", ".join(live) if live else "not engaged")
+    parts.append(f"queue: {queue}")
     return " · ".join(parts)

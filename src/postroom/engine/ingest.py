@@ -1,23 +1,25 @@
 """Ingest: the one function every channel calls with an inbound message (PIPELINE §1).
 
 One transaction per message: dedupe on ``(id, chat_jid)`` (messages and drops), route, then
-store the message — or, for a message nobody handles, a drop record without its content —
-and apply what the decision asks for (a steering command and its ``host`` acknowledgement, a
-``{sender}`` folder to create). Only after it commits may the adapter acknowledge the platform.
+store the message — or, for a message nobody handles, a drop record without its content — and
+do what the decision asks for: enqueue or join a turn, apply a steering command and write its
+``host`` acknowledgement to the outbox, create a ``{sender}`` folder, copy the message to the
+folder's mirror chats. Only after it commits may the adapter acknowledge the platform; then the
+workers, the delivery loop and the live feed are woken, and the chat's typing indicator starts.
 """
 
 from __future__ import annotations
 
 import re
-import uuid
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import structlog
 
-from postroom.core.decision import Action, Decision, DropReason, Layer
+from postroom.core.decision import Action, CommandKind, Decision, DropReason, Layer
+from postroom.core.display import display_text
 from postroom.core.errors import InvalidInput, TooLarge
+from postroom.core.folders import FolderDefaults, FolderSettings
 from postroom.core.jid import parse_jid
 from postroom.core.messages import INTERNAL_SENDERS, InboundMessage, MessageType, Sender
 from postroom.core.steering import normalize_topic
@@ -25,20 +27,21 @@ from postroom.engine.catalog import Catalog
 from postroom.engine.clock import Clock
 from postroom.engine.commands import apply_command
 from postroom.engine.folders import FolderService
+from postroom.engine.metrics import Metrics, NullMetrics
+from postroom.engine.notices import new_message_id, post_notice
+from postroom.engine.outbox import DeliveryKind, OutboundMessage, plan_deliveries, write_outbox
 from postroom.engine.router import Router
+from postroom.engine.signals import Signals
+from postroom.engine.turns import QueueSettings, enqueue_turn, turn_priority
 from postroom.store.protocol import PriorOutcome, Store, StoreTx
 from postroom.store.records import DropRecord, NewMessage
 
-__all__ = ["IngestLimits", "IngestResult", "Ingestor", "host_message", "new_message_id"]
+__all__ = ["IngestLimits", "IngestResult", "Ingestor", "new_message_id"]
 
 log = structlog.get_logger(__name__)
 
 MAX_ID_LENGTH = 255
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def new_message_id() -> str:
-    return uuid.uuid4().hex
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,31 +69,14 @@ class IngestResult:
         }
 
 
-def host_message(
-    chat_jid: str,
-    text: str,
-    *,
-    clock: Clock,
-    reply_to: str | None = None,
-    topic: str = "",
-    routed_to: str | None = None,
-    metadata: Mapping[str, Any] | None = None,
-) -> NewMessage:
-    """An operational notice for a chat: stored and shown, never sent to a model."""
-    return NewMessage(
-        id=new_message_id(),
-        chat_jid=chat_jid,
-        sender=Sender.HOST.value,
-        sender_name="host",
-        content=text,
-        timestamp=clock(),
-        message_type=MessageType.HOST,
-        is_from_me=True,
-        metadata=dict(metadata or {}),
-        topic=topic,
-        reply_to=reply_to,
-        routed_to=routed_to,
-    )
+@dataclass(slots=True)
+class _Effects:
+    """What to do once the transaction committed."""
+
+    typing: tuple[str, str | None] | None = None
+    cancel: list[int] = field(default_factory=list)
+    turn: bool = False
+    outbox: bool = False
 
 
 class Ingestor:
@@ -105,13 +91,23 @@ class Ingestor:
         folders: FolderService,
         clock: Clock,
         limits: IngestLimits,
+        signals: Signals | None = None,
+        queue: QueueSettings | None = None,
+        defaults: FolderDefaults | None = None,
+        owners: frozenset[str] = frozenset(),
+        metrics: Metrics | None = None,
     ) -> None:
         self._store = store
+        self._metrics = metrics or NullMetrics()
         self._router = router
         self._catalog = catalog
         self._folders = folders
         self._clock = clock
         self._limits = limits
+        self._signals = signals or Signals()
+        self._queue = queue or QueueSettings()
+        self._defaults = defaults or FolderDefaults()
+        self._owners = owners
 
     def validate(self, message: InboundMessage, *, operator: bool = False) -> None:
         """Refuse a malformed message with one clear sentence (nothing is stored)."""
@@ -137,6 +133,7 @@ class Ingestor:
     async def ingest(self, message: InboundMessage, *, operator: bool = False) -> IngestResult:
         """Dedupe, route and store *message* in one transaction."""
         self.validate(message, operator=operator)
+        effects = _Effects()
         async with self._store.write() as tx:
             prior = await tx.prior_outcome(message.id, message.chat_jid)
             if prior is not None:
@@ -144,7 +141,9 @@ class Ingestor:
                     message.id, message.chat_jid, prior.seq, True, _duplicate(prior)
                 )
             decision = await self._router.decide(tx, message)
-            seq, decision = await self._apply(tx, message, decision)
+            seq, decision = await self._apply(tx, message, decision, effects)
+        self._after_commit(effects)
+        self._metrics.message_in(decision.action.value, decision.layer.value)
         log.info(
             "message.ingested",
             message_id=message.id,
@@ -152,72 +151,155 @@ class Ingestor:
             action=decision.action.value,
             layer=decision.layer.value,
             folder=decision.folder,
+            job_id=decision.job_id,
             seq=seq,
         )
         return IngestResult(message.id, message.chat_jid, seq, False, decision)
 
+    def _after_commit(self, effects: _Effects) -> None:
+        signals = self._signals
+        for job_id in effects.cancel:
+            signals.cancel_turn(job_id)
+        if effects.turn:
+            signals.turns.wake()
+        if effects.outbox:
+            signals.deliveries.wake()
+        signals.stored.wake()
+        if effects.typing is not None:
+            # PIPELINE §1.5: the typing indicator starts as soon as a turn is decided.
+            signals.typing(effects.typing[0], effects.typing[1], True)
+
+    def _settings(self, folder: str) -> FolderSettings:
+        return self._catalog.snapshot.settings(folder, self._defaults)
+
     async def _apply(
-        self, tx: StoreTx, message: InboundMessage, decision: Decision
+        self, tx: StoreTx, message: InboundMessage, decision: Decision, effects: _Effects
     ) -> tuple[int | None, Decision]:
         """Store what the decision says; return the message's seq and the final decision."""
         now = self._clock()
         if decision.drop is not None:
-            await tx.insert_drop(
-                DropRecord(
-                    id=message.id,
-                    chat_jid=message.chat_jid,
-                    time=now,
-                    sender=message.sender,
-                    verb=decision.verb,
-                    reason=decision.drop.value,
-                )
-            )
-            if decision.command is not None and decision.ack:
-                await tx.insert_message(
-                    host_message(
-                        message.chat_jid,
-                        decision.ack,
-                        clock=self._clock,
-                        metadata={"source": "command", "command": decision.command.kind.value},
-                    )
-                )
-            elif decision.drop is DropReason.FOLDER_MISSING and await tx.claim_missing_notice(
-                message.chat_jid, now=now, interval_s=self._limits.missing_notice_s
-            ):
-                await tx.insert_message(
-                    host_message(
-                        message.chat_jid,
-                        f"⚠️ messages here are not answered: {decision.reason}",
-                        clock=self._clock,
-                        metadata={"source": "folder_missing"},
-                    )
-                )
+            await self._drop(tx, message, decision, effects)
             return None, decision
-
         if decision.create_from_template is not None and decision.folder is not None:
             await self._folders.create_from_template(
                 tx, decision.folder, decision.create_from_template
             )
-        ack = None
+        conversation_id: int | None = None
+        if decision.action is Action.FIRE and decision.folder is not None:
+            settings = self._settings(decision.folder)
+            enqueued = await enqueue_turn(
+                tx,
+                folder=decision.folder,
+                topic=decision.topic or "",
+                chat_jid=message.chat_jid,
+                message_ref=(message.id, message.chat_jid),
+                priority=turn_priority(message.sender, settings, self._owners),
+                settings=settings,
+                max_attempts=self._queue.max_attempts,
+                now=now,
+            )
+            conversation_id = enqueued.conversation_id
+            decision = decision.with_job(enqueued.job_id)
+            if enqueued.interrupted is not None:
+                effects.cancel.append(enqueued.interrupted)
+            effects.turn = True
+            effects.typing = (message.chat_jid, decision.folder)
+        ack: str | None = None
         if decision.action is Action.COMMAND:
-            ack = await apply_command(tx, decision, message.chat_jid, now=now)
+            command = decision.command
+            concerned = (
+                command.folder if command and command.kind in _CONVERSATION_COMMANDS else None
+            )
+            outcome = await apply_command(
+                tx,
+                decision,
+                message.chat_jid,
+                now=now,
+                settings=self._settings(concerned) if concerned else None,
+            )
+            ack = outcome.ack
+            if outcome.cancelled_job is not None:
+                effects.cancel.append(outcome.cancelled_job)
             if ack != decision.ack:
                 decision = replace(decision, ack=ack)
-        seq = await tx.insert_message(_stored_form(message, decision))
+        row = _stored_form(message, decision, conversation_id)
+        seq = await tx.insert_message(row)
+        if decision.action in (Action.FIRE, Action.OBSERVE) and decision.folder is not None:
+            effects.outbox |= await self._mirror(tx, row, decision.folder)
         if ack:
-            await tx.insert_message(
-                host_message(
-                    message.chat_jid,
-                    ack,
-                    clock=self._clock,
-                    reply_to=message.id,
-                    metadata={
-                        "source": "command",
-                        "command": decision.command.kind.value if decision.command else None,
-                    },
-                )
+            await post_notice(
+                tx,
+                message.chat_jid,
+                ack,
+                clock=self._clock,
+                reply_to=message.id,
+                metadata={
+                    "source": "command",
+                    "command": decision.command.kind.value if decision.command else None,
+                },
             )
+            effects.outbox = True
         return seq, decision
+
+    async def _drop(
+        self, tx: StoreTx, message: InboundMessage, decision: Decision, effects: _Effects
+    ) -> None:
+        assert decision.drop is not None
+        now = self._clock()
+        await tx.insert_drop(
+            DropRecord(
+                id=message.id,
+                chat_jid=message.chat_jid,
+                time=now,
+                sender=message.sender,
+                verb=decision.verb,
+                reason=decision.drop.value,
+            )
+        )
+        if decision.command is not None and decision.ack:
+            await post_notice(
+                tx,
+                message.chat_jid,
+                decision.ack,
+                clock=self._clock,
+                metadata={"source": "command", "command": decision.command.kind.value},
+            )
+            effects.outbox = True
+        elif decision.drop is DropReason.FOLDER_MISSING and await tx.claim_missing_notice(
+            message.chat_jid, now=now, interval_s=self._limits.missing_notice_s
+        ):
+            await post_notice(
+                tx,
+                message.chat_jid,
+                f"⚠️ messages here are not answered: {decision.reason}",
+                clock=self._clock,
+                metadata={"source": "folder_missing"},
+            )
+            effects.outbox = True
+
+    async def _mirror(self, tx: StoreTx, row: NewMessage, folder: str) -> bool:
+        """MESSAGES §6: the folder's mirror chats get a copy of a user message from elsewhere."""
+        mirrors = [chat for chat in self._settings(folder).mirror if chat != row.chat_jid]
+        if not mirrors:
+            return False
+        text = display_text(
+            MessageType.USER.value, row.content, sender_name=row.sender_name or row.sender
+        )
+        copy = OutboundMessage(
+            message_id=row.id,
+            message_chat_jid=row.chat_jid,
+            message_type=MessageType.USER.value,
+            content=text,
+            folder=folder,
+            topic=row.topic,
+        )
+        await write_outbox(
+            tx, plan_deliveries(copy, mirrors, kind=DeliveryKind.MIRROR, now=self._clock())
+        )
+        return True
+
+
+_CONVERSATION_COMMANDS = frozenset({CommandKind.NEW, CommandKind.STOP, CommandKind.STATUS})
 
 
 def _duplicate(prior: PriorOutcome) -> Decision:
@@ -232,7 +314,9 @@ def _duplicate(prior: PriorOutcome) -> Decision:
     )
 
 
-def _stored_form(message: InboundMessage, decision: Decision) -> NewMessage:
+def _stored_form(
+    message: InboundMessage, decision: Decision, conversation_id: int | None
+) -> NewMessage:
     """The row for an inbound message: the original text, with routing recorded beside it."""
     metadata: dict[str, Any] = dict(message.metadata)
     if message.attachments:
@@ -262,5 +346,6 @@ def _stored_form(message: InboundMessage, decision: Decision) -> NewMessage:
         reply_to=message.reply_to,
         routed_to=decision.folder if routed else None,
         observed=decision.action is Action.OBSERVE,
+        conversation_id=conversation_id,
         decision=decision.to_record(),
     )

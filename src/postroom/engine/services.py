@@ -15,9 +15,14 @@ from postroom.core.trigger import Trigger
 from postroom.engine.catalog import Catalog
 from postroom.engine.clock import Clock, system_clock
 from postroom.engine.folders import FolderService
+from postroom.engine.history import History
 from postroom.engine.ingest import IngestLimits, Ingestor
+from postroom.engine.metrics import Metrics
 from postroom.engine.router import Router
 from postroom.engine.routes import RouteService
+from postroom.engine.signals import Signals
+from postroom.engine.tasks import TaskService
+from postroom.engine.turns import QueueSettings, TurnService
 from postroom.store.protocol import Store
 from postroom.store.sqlite import SqliteStore
 
@@ -32,7 +37,12 @@ class Services:
     routes: RouteService
     folders: FolderService
     ingest: Ingestor
+    turns: TurnService
+    tasks: TaskService
+    history: History
+    signals: Signals
     defaults: FolderDefaults
+    queue: QueueSettings
     clock: Clock
 
     @classmethod
@@ -45,8 +55,14 @@ class Services:
         defaults: FolderDefaults,
         limits: IngestLimits,
         clock: Clock = system_clock,
+        queue: QueueSettings | None = None,
+        owners: frozenset[str] = frozenset(),
+        signals: Signals | None = None,
+        metrics: Metrics | None = None,
     ) -> Services:
         catalog = Catalog()
+        signals = signals or Signals()
+        queue = queue or QueueSettings()
         router = Router(store=store, catalog=catalog, trigger=trigger, clock=clock)
         folders = FolderService(store=store, catalog=catalog, clock=clock, folders_dir=folders_dir)
         return cls(
@@ -62,8 +78,18 @@ class Services:
                 folders=folders,
                 clock=clock,
                 limits=limits,
+                signals=signals,
+                queue=queue,
+                defaults=defaults,
+                owners=owners,
+                metrics=metrics,
             ),
+            turns=TurnService(store=store, signals=signals, clock=clock),
+            tasks=TaskService(store=store, catalog=catalog, signals=signals, clock=clock),
+            history=History(store=store),
+            signals=signals,
             defaults=defaults,
+            queue=queue,
             clock=clock,
         )
 
@@ -77,6 +103,9 @@ class Services:
         defaults: FolderDefaults,
         limits: IngestLimits,
         clock: Clock = system_clock,
+        queue: QueueSettings | None = None,
+        owners: frozenset[str] = frozenset(),
+        signals: Signals | None = None,
     ) -> Services:
         store = await SqliteStore.open(database)
         return cls.build(
@@ -86,6 +115,9 @@ class Services:
             defaults=defaults,
             limits=limits,
             clock=clock,
+            queue=queue,
+            owners=owners,
+            signals=signals,
         )
 
     async def close(self) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from postroom.core.messages import StoredMessage
-from postroom.store.records import DropRecord
+from postroom.store.records import DropRecord, RunRecord
 
-__all__ = ["drop_to_dict", "message_to_dict"]
+__all__ = ["drop_to_dict", "message_to_dict", "run_to_dict"]
 
 
 def message_to_dict(message: StoredMessage) -> dict[str, Any]:
@@ -38,4 +38,28 @@ def drop_to_dict(drop: DropRecord) -> dict[str, Any]:
         "verb": drop.verb,
         "reason": drop.reason,
         "time": drop.time.isoformat(),
+    }
+
+
+def run_to_dict(run: RunRecord) -> dict[str, Any]:
+    """The public run object: the exact request and the outcome."""
+    return {
+        "id": run.id,
+        "job_id": run.job_id,
+        "folder": run.folder,
+        "provider": run.provider,
+        "model": run.model,
+        "account": run.account,
+        "system": run.system,
+        "messages": run.messages,
+        "tools": run.tools,
+        "output_raw": run.output_raw,
+        "output": run.output,
+        "usage": run.usage,
+        "cost": run.cost,
+        "duration_ms": run.duration_ms,
+        "outcome": run.outcome,
+        "error": run.error,
+        "started_at": run.started_at.isoformat(),
+        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
     }

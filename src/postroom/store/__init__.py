@@ -3,7 +3,7 @@
 Hot paths are raw SQL through the driver; schema changes are numbered migrations.
 """
 
-from postroom.store.protocol import PriorOutcome, Store, StoreTx
+from postroom.store.protocol import PriorOutcome, Store, StoreTx, TurnRow
 from postroom.store.records import (
     DropRecord,
     NewMessage,
@@ -24,4 +24,5 @@ __all__ = [
     "SqliteStore",
     "Store",
     "StoreTx",
+    "TurnRow",
 ]

@@ -18,14 +18,22 @@ from postroom.core.decision import ChatState, ReplyTarget
 from postroom.core.folders import Folder
 from postroom.core.messages import StoredMessage
 from postroom.store.records import (
+    ConversationRecord,
+    DeliveryRecord,
     DropRecord,
+    JobRecord,
+    JobStatus,
+    NewDelivery,
+    NewJob,
     NewMessage,
     RouteAuditRecord,
     RouteRecord,
     RouteSpec,
+    RunRecord,
+    TaskRecord,
 )
 
-__all__ = ["PriorOutcome", "Store", "StoreTx"]
+__all__ = ["PriorOutcome", "Store", "StoreTx", "TurnRow"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +43,15 @@ class PriorOutcome:
     seq: int | None
     decision: Mapping[str, Any] | None
     drop_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRow:
+    """A conversation row, with the turn that answers it (user rows) and that turn's status."""
+
+    message: StoredMessage
+    job_id: int | None = None
+    job_status: str | None = None
 
 
 class StoreTx(Protocol):
@@ -113,7 +130,8 @@ class StoreTx(Protocol):
         ...
 
     async def find_reply_target(self, chat_jid: str, ref: str) -> ReplyTarget | None:
-        """The stored message *ref* names in this chat: by id, then by platform id."""
+        """The stored message *ref* names in this chat: by id, by platform id, or by the
+        platform id of a chunk delivered for it in this chat."""
         ...
 
     async def insert_message(self, message: NewMessage) -> int:
@@ -134,6 +152,163 @@ class StoreTx(Protocol):
     async def insert_drop(self, drop: DropRecord) -> None: ...
 
     async def list_drops(self, *, limit: int) -> list[DropRecord]: ...
+
+    # -- messages, continued -----------------------------------------------------------------
+    async def get_messages_since(
+        self, chat_jid: str | None, since_seq: int, *, limit: int = 500
+    ) -> list[StoredMessage]:
+        """Messages with ``seq > since_seq`` (of one chat, or of every chat), oldest first."""
+        ...
+
+    async def conversation_messages(self, conversation_id: int, *, limit: int) -> list[TurnRow]:
+        """The newest *limit* rows of a conversation that may enter a context (MESSAGES §4:
+        user, assistant, system and tool_result rows; not compacted; not commands), oldest
+        first, each with the turn that answers it (for user rows) and that turn's status."""
+        ...
+
+    async def find_conversation(self, folder: str, topic: str, chat_jid: str | None) -> int | None:
+        """The current generation of a conversation, if it was ever started."""
+        ...
+
+    async def attach_observed(
+        self,
+        folder: str,
+        chat_jid: str,
+        conversation_id: int,
+        *,
+        max_messages: int,
+        max_chars: int,
+    ) -> int:
+        """Join the newest pending observed rows of ``(folder, chat_jid)`` to a conversation
+        (at most *max_messages*, *max_chars* in all); mark the older pending ones skipped."""
+        ...
+
+    async def set_platform_id(self, message_id: str, chat_jid: str, platform_id: str) -> None: ...
+
+    # -- conversations and the turn queue ------------------------------------------------------
+    async def current_conversation(
+        self, folder: str, topic: str, chat_jid: str | None, *, now: datetime
+    ) -> int:
+        """The current generation of a conversation, created on first use."""
+        ...
+
+    async def get_conversation(self, conversation_id: int) -> ConversationRecord | None: ...
+
+    async def open_jobs(self, conversation_id: int) -> list[JobRecord]:
+        """The conversation's queued and running turns."""
+        ...
+
+    async def insert_job(self, job: NewJob) -> int: ...
+
+    async def attach_to_job(self, job_id: int, refs: Iterable[tuple[str, str]]) -> None:
+        """Record that the turn answers these ``(message_id, chat_jid)`` messages."""
+        ...
+
+    async def move_job_messages(self, from_job: int, to_job: int) -> None: ...
+
+    async def raise_job_priority(self, job_id: int, priority: int) -> None:
+        """Lower the number (run sooner) if *priority* is more urgent."""
+        ...
+
+    async def claim_job(
+        self, *, now: datetime, lease_until: datetime, owner: str, boot_id: str, token: str
+    ) -> JobRecord | None:
+        """Take the most urgent due queued turn whose conversation has none running."""
+        ...
+
+    async def renew_lease(self, job_id: int, token: str, lease_until: datetime) -> bool: ...
+
+    async def get_job(self, job_id: int) -> JobRecord | None: ...
+
+    async def list_jobs(self, *, status: str | None, limit: int) -> list[JobRecord]: ...
+
+    async def finish_job(
+        self,
+        job_id: int,
+        token: str,
+        *,
+        status: JobStatus,
+        now: datetime,
+        answer_id: str | None = None,
+        error: str | None = None,
+        attempts: int | None = None,
+    ) -> bool:
+        """End a running turn held under *token*; False if the lease was lost."""
+        ...
+
+    async def retry_job_later(
+        self, job_id: int, token: str, *, attempts: int, run_at: datetime, error: str
+    ) -> bool: ...
+
+    async def release_lease(self, job_id: int, token: str) -> bool:
+        """Put a running turn back in the queue without using an attempt."""
+        ...
+
+    async def release_expired_leases(self, *, now: datetime) -> list[int]: ...
+
+    async def release_previous_boot(self, *, owner: str, boot_id: str) -> list[int]:
+        """Requeue the turns an earlier process of this server left running."""
+        ...
+
+    async def cancel_job(self, job_id: int, *, now: datetime) -> JobRecord | None: ...
+
+    async def requeue_job(self, job_id: int, *, now: datetime) -> JobRecord | None:
+        """Queue a failed or cancelled turn again (the retry command)."""
+        ...
+
+    async def next_job_due(self) -> datetime | None: ...
+
+    async def job_counts(self) -> dict[str, int]:
+        """Turns per status, and ``deliveries_pending`` for the outbox (for metrics)."""
+        ...
+
+    async def queue_position(self, conversation_id: int) -> tuple[str, int] | None:
+        """``("running", 0)`` or ``("queued", n turns ahead)`` for the conversation."""
+        ...
+
+    # -- the outbox -------------------------------------------------------------------------------
+    async def insert_deliveries(self, deliveries: Iterable[NewDelivery]) -> None: ...
+
+    async def due_deliveries(self, *, now: datetime, limit: int) -> list[DeliveryRecord]:
+        """For each chat, its oldest pending delivery, if due: chats are served in order."""
+        ...
+
+    async def mark_delivered(
+        self, delivery_id: int, *, now: datetime, platform_message_id: str | None
+    ) -> None: ...
+
+    async def reschedule_delivery(
+        self, delivery_id: int, *, attempts: int, next_try: datetime, error: str
+    ) -> None: ...
+
+    async def abandon_delivery(self, delivery_id: int, *, now: datetime, error: str) -> None: ...
+
+    async def next_delivery_due(self) -> datetime | None: ...
+
+    async def list_deliveries(
+        self, *, message_id: str | None = None, status: str | None = None, limit: int = 100
+    ) -> list[DeliveryRecord]: ...
+
+    # -- runs and tasks ---------------------------------------------------------------------------
+    async def insert_run(self, run: RunRecord) -> int: ...
+
+    async def get_run(self, run_id: int) -> RunRecord | None: ...
+
+    async def insert_task(self, task: TaskRecord) -> int: ...
+
+    async def get_task(self, task_id: int) -> TaskRecord | None: ...
+
+    async def list_tasks(self) -> list[TaskRecord]: ...
+
+    async def update_task(self, task_id: int, **changes: Any) -> None:
+        """Change ``enabled``, ``next_run``, ``last_run`` or ``last_status``."""
+        ...
+
+    async def delete_task(self, task_id: int) -> bool: ...
+
+    async def due_tasks(self, *, now: datetime) -> list[TaskRecord]: ...
+
+    async def task_has_open_job(self, task_id: int) -> bool: ...
 
 
 class Store(Protocol):

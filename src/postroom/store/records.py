@@ -5,11 +5,27 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from postroom.core.messages import MessageType, Verb
 
-__all__ = ["DropRecord", "NewMessage", "RouteAuditRecord", "RouteRecord", "RouteSpec"]
+__all__ = [
+    "ConversationRecord",
+    "DeliveryRecord",
+    "DropRecord",
+    "JobKind",
+    "JobRecord",
+    "JobStatus",
+    "NewDelivery",
+    "NewJob",
+    "NewMessage",
+    "RouteAuditRecord",
+    "RouteRecord",
+    "RouteSpec",
+    "RunRecord",
+    "TaskRecord",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,3 +100,157 @@ class NewMessage:
     run_id: int | None = None
     #: The routing decision as recorded (``Decision.to_record()``), for redeliveries.
     decision: Mapping[str, Any] | None = None
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class JobKind(StrEnum):
+    TURN = "turn"
+    SCHEDULED = "scheduled"
+    DELEGATED = "delegated"
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationRecord:
+    id: int
+    folder: str
+    topic: str
+    #: ``None`` for a shared conversation (every chat routed to the folder).
+    chat_jid: str | None
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    conversation_id: int
+    folder: str
+    chat_jid: str
+    topic: str
+    priority: int
+    max_attempts: int
+    run_at: datetime
+    created_at: datetime
+    kind: JobKind = JobKind.TURN
+    task_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """A turn in the queue (PIPELINE §2)."""
+
+    id: int
+    conversation_id: int
+    folder: str
+    chat_jid: str
+    topic: str
+    kind: JobKind
+    task_id: int | None
+    priority: int
+    status: JobStatus
+    attempts: int
+    max_attempts: int
+    run_at: datetime
+    lease_until: datetime | None
+    lease_owner: str | None
+    lease_token: str | None
+    last_error: str | None
+    answer_id: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    #: The inbound messages this turn answers, as ``(id, chat_jid)``.
+    messages: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class NewDelivery:
+    """One chunk of a stored message to send to one chat."""
+
+    message_id: str
+    message_chat_jid: str
+    chat_jid: str
+    chunk: int
+    chunks: int
+    content: str
+    kind: str
+    message_type: str
+    next_try: datetime
+    created_at: datetime
+    folder: str | None = None
+    topic: str = ""
+    reply_to: str | None = None
+    #: Delivering it engages ``(chat_jid, topic)`` to ``folder`` (agent replies only).
+    engage: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryRecord:
+    id: int
+    message_id: str
+    message_chat_jid: str
+    chat_jid: str
+    chunk: int
+    chunks: int
+    content: str
+    kind: str
+    message_type: str
+    folder: str | None
+    topic: str
+    reply_to: str | None
+    engage: bool
+    status: str
+    attempts: int
+    next_try: datetime
+    last_error: str | None
+    platform_message_id: str | None
+    created_at: datetime
+    sent_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """The exact request and outcome of one model run (MESSAGES §4)."""
+
+    job_id: int
+    folder: str
+    provider: str
+    system: str
+    messages: list[dict[str, Any]]
+    outcome: str
+    started_at: datetime
+    conversation_id: int | None = None
+    model: str | None = None
+    account: str | None = None
+    tools: list[Any] = field(default_factory=list)
+    output_raw: str | None = None
+    output: str | None = None
+    usage: dict[str, Any] | None = None
+    cost: float | None = None
+    duration_ms: int | None = None
+    error: str | None = None
+    finished_at: datetime | None = None
+    id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRecord:
+    """A scheduled prompt (PIPELINE §7)."""
+
+    id: int
+    folder: str
+    chat_jid: str
+    schedule: str
+    tz: str | None
+    prompt: str
+    enabled: bool
+    next_run: datetime | None
+    last_run: datetime | None
+    last_status: str | None
+    created_at: datetime
+    created_by: str

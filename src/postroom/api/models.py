@@ -1,0 +1,67 @@
+"""Request bodies of the HTTP API (INTERFACES §4). Unknown fields are refused, so a client can
+never slip in a ``message_type`` or an internal field."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AttachmentIn(_Body):
+    kind: str = Field(max_length=32)
+    mime: str = Field("", max_length=255)
+    name: str = Field("", max_length=255)
+    size: int = Field(0, ge=0)
+    url: str = Field("", max_length=4096)
+    data: str = ""
+
+
+class MessageIn(_Body):
+    """An inbound message from any adapter."""
+
+    id: str | None = Field(None, description="The platform's message id; generated if absent.")
+    chat_jid: str = Field(description="platform:room, e.g. telegram:group/5")
+    sender: str = Field(description="platform:room, e.g. telegram:user/42")
+    sender_name: str = Field("", max_length=255)
+    content: str
+    timestamp: datetime | None = None
+    reply_to: str | None = Field(None, max_length=255)
+    topic: str = Field("", max_length=255, description="The platform's native thread.")
+    verb: str = "message"
+    mentioned: bool = False
+    attachments: list[AttachmentIn] = Field(default_factory=list, max_length=32)
+
+
+class RouteIn(_Body):
+    seq: int
+    match: str = ""
+    target: str
+
+
+class FolderIn(_Body):
+    path: str
+    persona: str | None = None
+    provider: str | None = None
+    model: str | None = None
+    engagement_ttl: str | None = Field(None, description="e.g. 30m; 0 disables")
+    session: str | None = None
+    busy_policy: str | None = None
+    role: str | None = None
+    mirror: list[str] | None = None
+
+    def settings(self) -> dict[str, Any]:
+        return self.model_dump(exclude={"path"}, exclude_none=True)
+
+
+class TaskIn(_Body):
+    folder: str
+    chat_jid: str
+    schedule: str = Field(description="5-field cron, 'every N s|m|h', or an ISO-8601 time")
+    prompt: str
+    tz: str | None = None

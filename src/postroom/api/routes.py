@@ -1,0 +1,261 @@
+"""The HTTP API (INTERFACES §4): thin handlers over the engine's functions.
+
+Every error is ``{"error": "<one sentence>"}`` with 400 (malformed, validation), 401, 404, 409
+or 413. Lists are wrapped (``{"messages": [...]}``); ``metadata`` is always an object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from fastapi import APIRouter, Body, Query, Request
+from fastapi.responses import Response, StreamingResponse
+
+from postroom.api.models import FolderIn, MessageIn, TaskIn
+from postroom.core.errors import InvalidInput
+from postroom.core.messages import Attachment, InboundMessage, Verb
+from postroom.engine.folders import FolderSpec, folder_to_dict
+from postroom.engine.notices import new_message_id
+from postroom.engine.services import Services
+from postroom.engine.signals import Event
+from postroom.engine.tasks import TaskService, task_to_dict
+from postroom.engine.turns import job_to_dict
+from postroom.engine.views import drop_to_dict, message_to_dict, run_to_dict
+
+__all__ = ["ApiContext", "build_router", "inbound_from_body"]
+
+ACTOR = "api"
+_VERBS = {v.value for v in Verb}
+SSE_KEEPALIVE_S = 15.0
+
+
+@dataclass(frozen=True, slots=True)
+class ApiContext:
+    services: Services
+    tasks: TaskService
+    render_metrics: Callable[[], Awaitable[tuple[bytes, str]]]
+
+
+def inbound_from_body(body: MessageIn, *, clock: Callable[[], datetime]) -> InboundMessage:
+    if body.verb not in _VERBS:
+        raise InvalidInput(
+            f"Unknown verb {body.verb!r}; the verbs are {', '.join(sorted(_VERBS))}."
+        )
+    timestamp = body.timestamp or clock()
+    if timestamp.tzinfo is None:
+        timestamp = timestamp.replace(tzinfo=UTC)
+    return InboundMessage(
+        id=body.id if body.id is not None else new_message_id(),
+        chat_jid=body.chat_jid,
+        sender=body.sender,
+        content=body.content,
+        timestamp=timestamp,
+        sender_name=body.sender_name,
+        reply_to=body.reply_to,
+        topic=body.topic,
+        verb=Verb(body.verb),
+        mentioned=body.mentioned,
+        attachments=tuple(Attachment(**a.model_dump()) for a in body.attachments),
+    )
+
+
+def build_router(ctx: ApiContext) -> APIRouter:
+    services = ctx.services
+    api = APIRouter(prefix="/api/v1")
+
+    # -- messages ------------------------------------------------------------------------------
+    @api.post("/messages", summary="Inbound message from any adapter")
+    async def post_message(body: MessageIn) -> dict[str, Any]:
+        message = inbound_from_body(body, clock=services.clock)
+        result = await services.ingest.ingest(message)
+        return result.to_dict()
+
+    @api.get("/messages", summary="Stored messages in seq order")
+    async def get_messages(
+        chat_jid: str | None = None,
+        folder: str | None = None,
+        after_seq: int | None = Query(None, ge=0),
+        limit: int = Query(100, ge=1, le=1000),
+    ) -> dict[str, Any]:
+        found = await services.history.messages(
+            chat_jid=chat_jid, folder=folder, after_seq=after_seq, limit=limit
+        )
+        return {"messages": [message_to_dict(m) for m in found]}
+
+    @api.get("/events", summary="Server-Sent Events: stored messages and deliveries, live")
+    async def events(
+        request: Request, after_seq: int | None = Query(None, ge=0)
+    ) -> StreamingResponse:
+        last_id = request.headers.get("last-event-id", "")
+        if after_seq is None and last_id.isdigit():
+            after_seq = int(last_id)
+        return StreamingResponse(
+            _event_stream(services, request, after_seq),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    # -- routes ----------------------------------------------------------------------------------
+    @api.get("/routes")
+    async def list_routes() -> dict[str, Any]:
+        return {"routes": [v.to_dict() for v in await services.routes.list_routes()]}
+
+    @api.post("/routes", status_code=201)
+    async def add_route(body: dict[str, Any] = Body(...)) -> dict[str, Any]:  # noqa: B008
+        _only(body, {"seq", "match", "target"}, required={"seq", "target"})
+        route_id = await services.routes.add_route(
+            body["seq"], body.get("match", ""), body["target"], actor=ACTOR
+        )
+        return {"id": route_id}
+
+    @api.put("/routes")
+    async def set_routes(body: Any = Body(...)) -> dict[str, Any]:  # noqa: B008
+        views = await services.routes.set_routes(body, actor=ACTOR)
+        return {"routes": [v.to_dict() for v in views]}
+
+    @api.delete("/routes/{route_id}", status_code=204)
+    async def delete_route(route_id: int) -> Response:
+        await services.routes.delete_route(route_id, actor=ACTOR)
+        return Response(status_code=204)
+
+    @api.post("/routes/explain", summary="The decision for a hypothetical message")
+    async def explain(body: MessageIn) -> dict[str, Any]:
+        message = inbound_from_body(body, clock=services.clock)
+        services.ingest.validate(message)
+        decision = await services.router.explain(message)
+        return decision.to_dict()
+
+    # -- folders --------------------------------------------------------------------------------
+    @api.get("/folders")
+    async def list_folders() -> dict[str, Any]:
+        return {"folders": [folder_to_dict(f) for f in await services.folders.list_folders()]}
+
+    @api.post("/folders", status_code=201)
+    async def add_folder(body: FolderIn) -> dict[str, Any]:
+        spec = FolderSpec.from_mapping(body.settings())
+        folder = await services.folders.add_folder(body.path, spec, actor=ACTOR)
+        return folder_to_dict(folder)
+
+    @api.delete("/folders/{path:path}", status_code=204)
+    async def delete_folder(path: str) -> Response:
+        await services.folders.remove_folder(path, actor=ACTOR)
+        return Response(status_code=204)
+
+    # -- tasks ----------------------------------------------------------------------------------
+    @api.get("/tasks")
+    async def list_tasks() -> dict[str, Any]:
+        return {"tasks": [task_to_dict(t) for t in await ctx.tasks.list()]}
+
+    @api.post("/tasks", status_code=201)
+    async def add_task(body: TaskIn) -> dict[str, Any]:
+        task = await ctx.tasks.add(
+            folder=body.folder,
+            chat_jid=body.chat_jid,
+            schedule=body.schedule,
+            prompt=body.prompt,
+            tz=body.tz,
+            actor=ACTOR,
+        )
+        return task_to_dict(task)
+
+    @api.post("/tasks/{task_id}/pause")
+    async def pause_task(task_id: int) -> dict[str, Any]:
+        return task_to_dict(await ctx.tasks.pause(task_id))
+
+    @api.post("/tasks/{task_id}/resume")
+    async def resume_task(task_id: int) -> dict[str, Any]:
+        return task_to_dict(await ctx.tasks.resume(task_id))
+
+    @api.delete("/tasks/{task_id}", status_code=204)
+    async def delete_task(task_id: int) -> Response:
+        await ctx.tasks.remove(task_id)
+        return Response(status_code=204)
+
+    # -- jobs, runs, drops ----------------------------------------------------------------------
+    @api.get("/jobs")
+    async def list_jobs(
+        status: str | None = None, limit: int = Query(100, ge=1, le=1000)
+    ) -> dict[str, Any]:
+        jobs = await services.turns.list_jobs(status=status, limit=limit)
+        return {"jobs": [job_to_dict(j) for j in jobs]}
+
+    @api.post("/jobs/{job_id}/retry")
+    async def retry_job(job_id: int) -> dict[str, Any]:
+        return job_to_dict(await services.turns.retry(job_id))
+
+    @api.post("/jobs/{job_id}/cancel")
+    async def cancel_job(job_id: int) -> dict[str, Any]:
+        return job_to_dict(await services.turns.cancel(job_id))
+
+    @api.get("/runs/{run_id}")
+    async def get_run(run_id: int) -> dict[str, Any]:
+        return run_to_dict(await services.history.run(run_id))
+
+    @api.get("/drops")
+    async def list_drops(limit: int = Query(100, ge=1, le=1000)) -> dict[str, Any]:
+        drops = await services.history.drops(limit=limit)
+        return {"drops": [drop_to_dict(d) for d in drops]}
+
+    return api
+
+
+def _only(body: dict[str, Any], allowed: set[str], *, required: set[str]) -> None:
+    unknown = set(body) - allowed
+    if unknown:
+        raise InvalidInput(
+            f"Unknown field(s) {', '.join(sorted(unknown))}; expected {', '.join(sorted(allowed))}."
+        )
+    missing = required - set(body)
+    if missing:
+        raise InvalidInput(f"Missing field(s) {', '.join(sorted(missing))}.")
+
+
+async def _event_stream(
+    services: Services, request: Request, after_seq: int | None
+) -> AsyncIterator[bytes]:
+    subscription = services.signals.bus.subscribe(
+        accept=lambda event: event.kind in ("message", "delivery")
+    )
+    try:
+        last_seq = after_seq
+        if after_seq is not None:
+            # Replay what the client missed, then go live (skipping what the replay covered).
+            backlog = await services.history.since(None, after_seq, limit=1000)
+            for message in backlog:
+                yield _frame(Event("message", message_to_dict(message)))
+                last_seq = message.seq
+        yield b": connected\n\n"
+        iterator = subscription.__aiter__()
+        while True:
+            try:
+                async with asyncio.timeout(SSE_KEEPALIVE_S):
+                    event = await anext(iterator)
+            except TimeoutError:
+                if await request.is_disconnected():
+                    return
+                yield b": keep-alive\n\n"
+                continue
+            except StopAsyncIteration:
+                return
+            if (
+                event.kind == "message"
+                and last_seq is not None
+                and int(event.data["seq"]) <= last_seq
+            ):
+                continue
+            yield _frame(event)
+    finally:
+        subscription.close()
+
+
+def _frame(event: Event) -> bytes:
+    data = json.dumps(event.data, ensure_ascii=False, separators=(",", ":"))
+    head = f"event: {event.kind}\n"
+    if event.kind == "message":
+        head += f"id: {event.data['seq']}\n"
+    return f"{head}data: {data}\n\n".encode()

@@ -1,0 +1,145 @@
+"""``postroom jobs list|retry|cancel`` and ``postroom runs show``."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from postroom.cli.common import context, print_json, run, services_for, stdout
+from postroom.engine.turns import job_to_dict
+from postroom.engine.views import run_to_dict
+from postroom.store.records import JobRecord, RunRecord
+
+__all__ = ["app", "runs_app"]
+
+app = typer.Typer(help="The turn queue.", no_args_is_help=True)
+runs_app = typer.Typer(help="Run records: what a model saw and said.", no_args_is_help=True)
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
+
+
+@app.command("list")
+def list_(
+    ctx: typer.Context,
+    status: Annotated[
+        str | None, typer.Option(help="queued, running, done, failed or cancelled.")
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, max=10_000)] = 50,
+    as_json: JsonOption = False,
+) -> None:
+    """Turns, newest first."""
+    cli = context(ctx)
+
+    async def body() -> list[JobRecord]:
+        async with services_for(cli) as services:
+            return await services.turns.list_jobs(status=status, limit=limit)
+
+    jobs = run(body)
+    if as_json:
+        print_json([job_to_dict(j) for j in jobs])
+        return
+    if not jobs:
+        stdout.print("No jobs.", style="dim")
+        return
+    table = Table("id", "status", "folder", "chat", "prio", "attempts", "messages", "error")
+    for job in jobs:
+        table.add_row(
+            str(job.id),
+            job.status.value,
+            job.folder,
+            job.chat_jid + (f" #{job.topic}" if job.topic else ""),
+            str(job.priority),
+            f"{job.attempts}/{job.max_attempts}",
+            str(len(job.messages)),
+            (job.last_error or "")[:60],
+        )
+    stdout.print(table)
+
+
+@app.command("retry")
+def retry(
+    ctx: typer.Context,
+    job_id: Annotated[int, typer.Argument(help="A failed or cancelled job.")],
+    as_json: JsonOption = False,
+) -> None:
+    """Queue a failed or cancelled job again."""
+    cli = context(ctx)
+
+    async def body() -> JobRecord:
+        async with services_for(cli) as services:
+            return await services.turns.retry(job_id)
+
+    job = run(body)
+    if as_json:
+        print_json(job_to_dict(job))
+    else:
+        stdout.print(f"Job {job.id} is queued again.")
+
+
+@app.command("cancel")
+def cancel(
+    ctx: typer.Context,
+    job_id: Annotated[int, typer.Argument(help="A queued or running job.")],
+    as_json: JsonOption = False,
+) -> None:
+    """Cancel a queued or running job (a running one stops at its next step)."""
+    cli = context(ctx)
+
+    async def body() -> JobRecord:
+        async with services_for(cli) as services:
+            return await services.turns.cancel(job_id)
+
+    job = run(body)
+    if as_json:
+        print_json(job_to_dict(job))
+    else:
+        stdout.print(f"Job {job.id} is cancelled.")
+
+
+@runs_app.command("show")
+def show(
+    ctx: typer.Context,
+    run_id: Annotated[int, typer.Argument(help="The run's id (see messages: run_id).")],
+    as_json: JsonOption = False,
+) -> None:
+    """The exact context and outcome of one run."""
+    cli = context(ctx)
+
+    async def body() -> RunRecord:
+        async with services_for(cli) as services:
+            return await services.history.run(run_id)
+
+    record = run(body)
+    data = run_to_dict(record)
+    if as_json:
+        print_json(data)
+        return
+    stdout.print(
+        Text(f"run {record.id} · job {record.job_id} · folder {record.folder}", style="bold")
+    )
+    stdout.print(
+        f"provider {record.provider} · model {record.model or '-'} · outcome {record.outcome}"
+        f" · {record.duration_ms if record.duration_ms is not None else '-'} ms"
+    )
+    if record.error:
+        stdout.print(Text(f"error: {record.error}", style="red"))
+    stdout.print(Text("── system prompt ──", style="dim"))
+    stdout.print(Text(record.system))
+    stdout.print(Text(f"── messages ({len(record.messages)}) ──", style="dim"))
+    for message in record.messages:
+        role = message.get("role", "?")
+        stdout.print(Text(f"[{role}] ", style="bold cyan") + Text(str(message.get("content", ""))))
+    if record.tools:
+        stdout.print(Text("── tools ──", style="dim"))
+        stdout.print(Text(json.dumps(record.tools, ensure_ascii=False)))
+    stdout.print(Text("── output ──", style="dim"))
+    stdout.print(Text(record.output or "(none)"))
+    if record.output_raw is not None and record.output_raw != record.output:
+        stdout.print(Text("── raw output ──", style="dim"))
+        stdout.print(Text(record.output_raw))
+    if record.usage:
+        stdout.print(Text(f"usage: {json.dumps(record.usage)}", style="dim"))

@@ -1,0 +1,201 @@
+"""What a model sees: the message list and the system prompt of a run (MESSAGES §4).
+
+The history is rendered from stored rows: ``host`` and ``trace`` rows never enter it, commands
+never do, a user row contributes the text after its inline prefix (``metadata.routed_content``),
+and consecutive observed rows become one user block of ``[sender_name] text`` lines. System
+notices are not stored: they are recomputed for each run and appended to the system prompt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from postroom.core.jid import split_jid
+from postroom.core.messages import CONTEXT_TYPES, MessageType, StoredMessage
+
+__all__ = [
+    "ContextMessage",
+    "arrange_history",
+    "chat_kind",
+    "format_messages_for_sdk",
+    "render_system_prompt",
+    "system_notices",
+]
+
+_GROUP_ROOMS = ("group/", "guild/", "room/")
+
+
+@dataclass(frozen=True, slots=True)
+class ContextMessage:
+    """One entry of a run's message list, before any provider's own mapping.
+
+    ``role`` is ``user``, ``assistant``, ``system`` or ``tool_result``; ``exit_code`` is set for
+    tool results.
+    """
+
+    role: str
+    content: str
+    exit_code: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.exit_code is not None:
+            out["exit_code"] = self.exit_code
+        return out
+
+
+def chat_kind(chat_jid: str) -> str:
+    """``direct``, ``group``, ``operator`` or ``task``, read off the JID (ROUTING §1)."""
+    platform, room = split_jid(chat_jid)
+    if platform == "tui":
+        return "operator"
+    if platform == "task":
+        return "task"
+    if platform == "slack":
+        return "direct" if "/dm/" in room else "group"
+    if platform in ("hook", "matrix") or room.startswith(_GROUP_ROOMS):
+        return "group"
+    return "direct"
+
+
+def arrange_history(
+    messages: Sequence[StoredMessage],
+    *,
+    turn: int,
+    answered_by: Mapping[tuple[str, str], int],
+    pending: AbstractSet[int],
+) -> list[StoredMessage]:
+    """The rows one turn sees, in the order the exchange happened from the model's side.
+
+    User rows another unfinished turn will answer (*pending*) are left out: that turn answers
+    them, with its own context. An answer (``metadata.job_id``) is placed right after the last
+    row its turn answered, not where it was stored: while a turn runs, later messages are
+    stored before its answer, and the next turn must see the answer before them.
+    """
+    kept = [
+        m
+        for m in messages
+        if not (
+            m.message_type is MessageType.USER
+            and (job := answered_by.get((m.id, m.chat_jid))) is not None
+            and job != turn
+            and job in pending
+        )
+    ]
+    last_row_of: dict[int, int] = {}
+    for index, message in enumerate(kept):
+        job = answered_by.get((message.id, message.chat_jid))
+        if job is not None and message.message_type is MessageType.USER:
+            last_row_of[job] = index
+    answers: dict[int, list[StoredMessage]] = {}
+    for message in kept:
+        job = _answer_job(message)
+        if job is not None and job in last_row_of:
+            answers.setdefault(job, []).append(message)
+    after: dict[int, list[int]] = {}
+    for job, index in last_row_of.items():
+        after.setdefault(index, []).append(job)
+    arranged: list[StoredMessage] = []
+    for index, message in enumerate(kept):
+        job = _answer_job(message)
+        if job is not None and job in last_row_of:
+            continue
+        arranged.append(message)
+        for answered in sorted(after.get(index, ())):
+            arranged.extend(answers.get(answered, ()))
+    return arranged
+
+
+def _answer_job(message: StoredMessage) -> int | None:
+    if message.message_type is not MessageType.ASSISTANT:
+        return None
+    job = message.metadata.get("job_id")
+    return job if isinstance(job, int) else None
+
+
+def format_messages_for_sdk(
+    messages: Iterable[StoredMessage], *, multi_party: bool | None = None
+) -> list[ContextMessage]:
+    """The message list of a run, from stored rows in ``seq`` order.
+
+    Filters ``host`` and ``trace`` rows and commands. With *multi_party* (by default: when the
+    rows hold more than one human sender) user text is prefixed ``[sender_name]``.
+    """
+    rows = [
+        m for m in messages if m.message_type in CONTEXT_TYPES and not m.metadata.get("command")
+    ]
+    if multi_party is None:
+        senders = {m.sender for m in rows if m.message_type is MessageType.USER}
+        multi_party = len(senders) > 1
+    out: list[ContextMessage] = []
+    observed: list[str] = []
+
+    def flush() -> None:
+        if observed:
+            out.append(ContextMessage("user", "\n".join(observed)))
+            observed.clear()
+
+    for row in rows:
+        kind = row.message_type
+        if kind is MessageType.USER and row.observed:
+            observed.append(f"[{_name(row)}] {row.content}")
+            continue
+        flush()
+        if kind is MessageType.USER:
+            text = str(row.metadata.get("routed_content") or row.content)
+            out.append(ContextMessage("user", f"[{_name(row)}] {text}" if multi_party else text))
+        elif kind is MessageType.ASSISTANT:
+            out.append(ContextMessage("assistant", row.content))
+        elif kind is MessageType.SYSTEM:
+            out.append(ContextMessage("system", row.content))
+        else:
+            code = row.metadata.get("exit_code", 0)
+            out.append(
+                ContextMessage("tool_result", row.content, code if isinstance(code, int) else 1)
+            )
+    flush()
+    return out
+
+
+def _name(row: StoredMessage) -> str:
+    return row.sender_name or row.sender
+
+
+def system_notices(
+    *, now: datetime, chat_jid: str, folder: str, topic: str = "", extra: Sequence[str] = ()
+) -> list[str]:
+    """The ephemeral notices of one run: never stored, appended last to the system prompt."""
+    notices = [
+        f"Current time: {now.strftime('%Y-%m-%d %H:%M')} UTC ({now.strftime('%A')}).",
+        f"Chat: {chat_jid} ({chat_kind(chat_jid)}).",
+        f"You are the agent in folder {folder}.",
+    ]
+    if topic:
+        notices.append(f"Topic: {topic}.")
+    notices.extend(extra)
+    return notices
+
+
+def render_system_prompt(
+    persona: str,
+    *,
+    memory: Sequence[str] = (),
+    state: Sequence[str] = (),
+    summary: str = "",
+    notices: Sequence[str] = (),
+) -> str:
+    """Persona, then memory, state and the compaction summary, then the notices (last)."""
+    parts = [persona.strip()] if persona.strip() else []
+    if memory:
+        parts.append("What you remember:\n" + "\n".join(f"- {fact}" for fact in memory))
+    if state:
+        parts.append("State:\n" + "\n".join(f"- {entry}" for entry in state))
+    if summary:
+        parts.append("Summary of the earlier conversation:\n" + summary.strip())
+    if notices:
+        parts.append("\n".join(notices))
+    return "\n\n".join(parts)

@@ -1,0 +1,134 @@
+"""In-process wake-ups and the live event bus.
+
+Nothing on the hot path polls: storing a turn wakes a worker, writing the outbox wakes the
+delivery loop, storing a message wakes the feed that publishes it. Each loop also wakes on a
+slow backstop timer, which is how work written by another process (the CLI) is picked up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+__all__ = ["Event", "EventBus", "Signals", "Subscription", "Waker"]
+
+log = structlog.get_logger(__name__)
+
+
+class Waker:
+    """A level-triggered wake-up: ``wake()`` any number of times, ``wait()`` returns once."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def wake(self) -> None:
+        self._event.set()
+
+    async def wait(self, timeout_s: float) -> bool:
+        """Wait for a wake-up or *timeout_s*; True if woken."""
+        try:
+            async with asyncio.timeout(max(timeout_s, 0.0)):
+                await self._event.wait()
+        except TimeoutError:
+            return False
+        finally:
+            self._event.clear()
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A live event: ``message`` (a stored message), ``delivery``, ``typing``."""
+
+    kind: str
+    data: dict[str, Any]
+
+
+class Subscription:
+    """One subscriber's queue. A subscriber that falls too far behind is closed (it re-reads
+    the history to catch up), so a slow client can never hold memory or the publisher."""
+
+    def __init__(self, bus: EventBus, maxsize: int, accept: Callable[[Event], bool] | None) -> None:
+        self._bus = bus
+        self._queue: asyncio.Queue[Event | None] = asyncio.Queue(maxsize)
+        self._accept = accept
+        self.lagged = False
+
+    def offer(self, event: Event) -> None:
+        if self._accept is not None and not self._accept(event):
+            return
+        try:
+            self._queue.put_nowait(event)
+        except asyncio.QueueFull:
+            self.lagged = True
+            self.close()
+
+    def close(self) -> None:
+        self._bus.unsubscribe(self)
+        with contextlib.suppress(asyncio.QueueFull):
+            self._queue.put_nowait(None)
+
+    def __aiter__(self) -> AsyncIterator[Event]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[Event]:
+        while True:
+            if self.lagged and self._queue.empty():
+                return
+            event = await self._queue.get()
+            if event is None:
+                return
+            yield event
+
+
+class EventBus:
+    """Fan-out of live events to subscribers (SSE clients, web chats, channel typing)."""
+
+    def __init__(self) -> None:
+        self._subscribers: set[Subscription] = set()
+
+    def subscribe(
+        self, *, maxsize: int = 1000, accept: Callable[[Event], bool] | None = None
+    ) -> Subscription:
+        subscription = Subscription(self, maxsize, accept)
+        self._subscribers.add(subscription)
+        return subscription
+
+    def unsubscribe(self, subscription: Subscription) -> None:
+        self._subscribers.discard(subscription)
+
+    def publish(self, kind: str, data: dict[str, Any]) -> None:
+        event = Event(kind, data)
+        for subscription in list(self._subscribers):
+            subscription.offer(event)
+
+    @property
+    def subscriber_count(self) -> int:
+        return len(self._subscribers)
+
+
+@dataclass
+class Signals:
+    """The wake-ups and notifications components of one process share."""
+
+    bus: EventBus = field(default_factory=EventBus)
+    turns: Waker = field(default_factory=Waker)
+    deliveries: Waker = field(default_factory=Waker)
+    stored: Waker = field(default_factory=Waker)
+    _cancel_hooks: list[Callable[[int], None]] = field(default_factory=list)
+
+    def on_cancel(self, hook: Callable[[int], None]) -> None:
+        self._cancel_hooks.append(hook)
+
+    def cancel_turn(self, job_id: int) -> None:
+        """A running turn was cancelled in the database; stop its work now."""
+        for hook in self._cancel_hooks:
+            hook(job_id)
+
+    def typing(self, chat_jid: str, folder: str | None, active: bool) -> None:
+        self.bus.publish("typing", {"chat_jid": chat_jid, "folder": folder, "active": active})

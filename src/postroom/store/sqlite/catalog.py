@@ -1,0 +1,169 @@
+"""Statements on the catalog: routes and their audit log, folders, the change counter."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Any
+
+from postroom.core.folders import BusyPolicy, Folder, Role, Session
+from postroom.store.records import RouteAuditRecord, RouteRecord, RouteSpec
+from postroom.store.sqlite.base import Statements
+from postroom.store.sqlite.codec import dump_json, from_iso, load_json, to_iso
+
+__all__ = ["CatalogStatements"]
+
+_FOLDER_COLUMNS = (
+    "path, persona, provider, model, engagement_ttl_s, busy_policy, session, role, tools, "
+    "mirror, inherits, created_at, created_by"
+)
+
+
+class CatalogStatements(Statements):
+    # -- catalog ------------------------------------------------------------------------------
+    async def catalog_version(self) -> int:
+        row = await self._one("SELECT value FROM meta WHERE key = 'catalog_version'")
+        return int(row[0]) if row else 0
+
+    async def bump_catalog_version(self) -> int:
+        row = await self._one(
+            "UPDATE meta SET value = CAST(value AS INTEGER) + 1 "
+            "WHERE key = 'catalog_version' RETURNING value"
+        )
+        return int(row[0])
+
+    async def list_routes(self) -> list[RouteRecord]:
+        rows = await self._all(
+            "SELECT id, seq, match, target, created_at, created_by FROM routes ORDER BY seq, id"
+        )
+        return [_route(row) for row in rows]
+
+    async def get_route(self, route_id: int) -> RouteRecord | None:
+        row = await self._one(
+            "SELECT id, seq, match, target, created_at, created_by FROM routes WHERE id = ?",
+            (route_id,),
+        )
+        return _route(row) if row else None
+
+    async def insert_route(self, spec: RouteSpec, *, created_at: datetime, created_by: str) -> int:
+        row = await self._one(
+            "INSERT INTO routes (seq, match, target, created_at, created_by) "
+            "VALUES (?, ?, ?, ?, ?) RETURNING id",
+            (spec.seq, spec.match, spec.target, to_iso(created_at), created_by),
+        )
+        return int(row[0])
+
+    async def delete_routes(self, route_ids: Iterable[int]) -> None:
+        await self._conn.executemany(
+            "DELETE FROM routes WHERE id = ?", [(rid,) for rid in route_ids]
+        )
+
+    async def add_route_audit(
+        self,
+        *,
+        at: datetime,
+        actor: str,
+        action: str,
+        route_id: int | None,
+        before: Any,
+        after: Any,
+    ) -> None:
+        await self._run(
+            "INSERT INTO route_audit (at, actor, action, route_id, before, after) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                to_iso(at),
+                actor,
+                action,
+                route_id,
+                None if before is None else dump_json(before),
+                None if after is None else dump_json(after),
+            ),
+        )
+
+    async def list_route_audit(self, *, limit: int) -> list[RouteAuditRecord]:
+        rows = await self._all(
+            "SELECT id, at, actor, action, route_id, before, after FROM route_audit "
+            "ORDER BY id DESC LIMIT ?",
+            (limit,),
+        )
+        return [
+            RouteAuditRecord(
+                id=row[0],
+                at=from_iso(row[1]),
+                actor=row[2],
+                action=row[3],
+                route_id=row[4],
+                before=load_json(row[5]),
+                after=load_json(row[6]),
+            )
+            for row in rows
+        ]
+
+    async def list_folders(self) -> list[Folder]:
+        rows = await self._all(f"SELECT {_FOLDER_COLUMNS} FROM folders ORDER BY path")
+        return [_folder(row) for row in rows]
+
+    async def get_folder(self, path: str) -> Folder | None:
+        row = await self._one(f"SELECT {_FOLDER_COLUMNS} FROM folders WHERE path = ?", (path,))
+        return _folder(row) if row else None
+
+    async def insert_folder(self, folder: Folder) -> None:
+        await self._run(
+            "INSERT INTO folders (path, parent, persona, provider, model, engagement_ttl_s, "
+            "busy_policy, session, role, tools, mirror, inherits, created_at, created_by) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                folder.path,
+                folder.parent,
+                folder.persona,
+                folder.provider,
+                folder.model,
+                folder.engagement_ttl_s,
+                _enum(folder.busy_policy),
+                _enum(folder.session),
+                _enum(folder.role),
+                None if folder.tools is None else dump_json(list(folder.tools)),
+                None if folder.mirror is None else dump_json(list(folder.mirror)),
+                int(folder.inherits),
+                to_iso(folder.created_at) if folder.created_at else to_iso(datetime.now(UTC)),
+                folder.created_by,
+            ),
+        )
+
+    async def delete_folder(self, path: str) -> None:
+        await self._run("DELETE FROM folders WHERE path = ?", (path,))
+
+
+def _enum(value: Enum | None) -> Any:
+    return None if value is None else value.value
+
+
+def _route(row: Any) -> RouteRecord:
+    return RouteRecord(row[0], row[1], row[2], row[3], from_iso(row[4]), row[5])
+
+
+def _tuple_or_none(text: str | None) -> tuple[str, ...] | None:
+    value = load_json(text)
+    if value is None:
+        return None
+    return tuple(str(v) for v in value) if isinstance(value, list) else ()
+
+
+def _folder(row: Any) -> Folder:
+    return Folder(
+        path=row[0],
+        persona=row[1],
+        provider=row[2],
+        model=row[3],
+        engagement_ttl_s=row[4],
+        busy_policy=BusyPolicy(row[5]) if row[5] else None,
+        session=Session(row[6]) if row[6] else None,
+        role=Role(row[7]) if row[7] else None,
+        tools=_tuple_or_none(row[8]),
+        mirror=_tuple_or_none(row[9]),
+        inherits=bool(row[10]),
+        created_at=from_iso(row[11]),
+        created_by=row[12],
+    )

@@ -1,0 +1,226 @@
+"""Statements on messages and drops."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from postroom.core.decision import ReplyTarget
+from postroom.core.messages import MessageType, StoredMessage
+from postroom.store.protocol import PriorOutcome, TurnRow
+from postroom.store.records import DropRecord, NewMessage
+from postroom.store.sqlite.base import Statements
+from postroom.store.sqlite.codec import dump_json, from_iso, load_json, load_object, to_iso
+
+__all__ = ["MESSAGE_COLUMNS", "MessageStatements", "message_from_row"]
+
+MESSAGE_COLUMNS = (
+    "id, chat_jid, seq, sender, sender_name, content, timestamp, is_from_me, message_type, "
+    "metadata, verb, topic, reply_to, platform_id, routed_to, observed, conversation_id, "
+    "run_id, compacted"
+)
+
+
+class MessageStatements(Statements):
+    # -- messages and drops ---------------------------------------------------------------------
+    async def prior_outcome(self, message_id: str, chat_jid: str) -> PriorOutcome | None:
+        row = await self._one(
+            "SELECT seq, decision, NULL FROM messages WHERE id = ? AND chat_jid = ? "
+            "UNION ALL SELECT NULL, NULL, reason FROM drops WHERE id = ? AND chat_jid = ? "
+            "LIMIT 1",
+            (message_id, chat_jid, message_id, chat_jid),
+        )
+        if row is None:
+            return None
+        decision = load_json(row[1])
+        return PriorOutcome(row[0], decision if isinstance(decision, dict) else None, row[2])
+
+    async def find_reply_target(self, chat_jid: str, ref: str) -> ReplyTarget | None:
+        # By id, by platform id, or by the platform id of any chunk delivered for it in this
+        # chat (a reply in a shared conversation, or to the second chunk of a long answer).
+        row = await self._one(
+            "SELECT message_type, is_from_me, routed_to, topic FROM messages "
+            "WHERE chat_jid = ? AND id = ? "
+            "UNION ALL "
+            "SELECT message_type, is_from_me, routed_to, topic FROM messages "
+            "WHERE chat_jid = ? AND platform_id = ? "
+            "UNION ALL "
+            "SELECT m.message_type, m.is_from_me, m.routed_to, m.topic FROM deliveries d "
+            "JOIN messages m ON m.id = d.message_id AND m.chat_jid = d.message_chat_jid "
+            "WHERE d.chat_jid = ? AND d.platform_message_id = ? "
+            "LIMIT 1",
+            (chat_jid, ref, chat_jid, ref, chat_jid, ref),
+        )
+        if row is None:
+            return None
+        return ReplyTarget(MessageType(row[0]), bool(row[1]), row[2], row[3] or "")
+
+    async def insert_message(self, message: NewMessage) -> int:
+        row = await self._one(
+            "INSERT INTO messages (id, chat_jid, sender, sender_name, content, timestamp, "
+            "is_from_me, message_type, metadata, seq, verb, topic, reply_to, platform_id, "
+            "routed_to, observed, conversation_id, run_id, decision) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, "
+            "(SELECT COALESCE(MAX(seq), 0) + 1 FROM messages), ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "RETURNING seq",
+            (
+                message.id,
+                message.chat_jid,
+                message.sender,
+                message.sender_name,
+                message.content,
+                to_iso(message.timestamp),
+                int(message.is_from_me),
+                message.message_type.value,
+                dump_json(dict(message.metadata)),
+                message.verb,
+                message.topic,
+                message.reply_to,
+                message.platform_id,
+                message.routed_to,
+                int(message.observed),
+                message.conversation_id,
+                message.run_id,
+                None if message.decision is None else dump_json(dict(message.decision)),
+            ),
+        )
+        return int(row[0])
+
+    async def list_messages(
+        self,
+        *,
+        chat_jid: str | None = None,
+        folder: str | None = None,
+        after_seq: int | None = None,
+        limit: int = 100,
+    ) -> list[StoredMessage]:
+        where: list[str] = []
+        params: list[Any] = []
+        if chat_jid is not None:
+            where.append("chat_jid = ?")
+            params.append(chat_jid)
+        if folder is not None:
+            where.append("routed_to = ?")
+            params.append(folder)
+        if after_seq is not None:
+            where.append("seq > ?")
+            params.append(after_seq)
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        params.append(limit)
+        rows = await self._all(
+            f"SELECT {MESSAGE_COLUMNS} FROM ("
+            f"SELECT {MESSAGE_COLUMNS} FROM messages {clause} ORDER BY seq DESC LIMIT ?"
+            ") ORDER BY seq",
+            params,
+        )
+        return [message_from_row(row) for row in rows]
+
+    async def get_messages_since(
+        self, chat_jid: str | None, since_seq: int, *, limit: int = 500
+    ) -> list[StoredMessage]:
+        if chat_jid is None:
+            rows = await self._all(
+                f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE seq > ? ORDER BY seq LIMIT ?",
+                (since_seq, limit),
+            )
+        else:
+            rows = await self._all(
+                f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE chat_jid = ? AND seq > ? "
+                "ORDER BY seq LIMIT ?",
+                (chat_jid, since_seq, limit),
+            )
+        return [message_from_row(row) for row in rows]
+
+    async def conversation_messages(self, conversation_id: int, *, limit: int) -> list[TurnRow]:
+        columns = ", ".join(f"m.{c.strip()}" for c in MESSAGE_COLUMNS.split(","))
+        rows = await self._all(
+            f"SELECT * FROM (SELECT {columns}, jm.job_id, j.status FROM messages m "
+            "LEFT JOIN job_messages jm ON jm.message_id = m.id AND jm.chat_jid = m.chat_jid "
+            "LEFT JOIN jobs j ON j.id = jm.job_id "
+            "WHERE m.conversation_id = ? "
+            "AND m.message_type IN ('user', 'assistant', 'system', 'tool_result') "
+            "AND m.compacted = 0 AND json_extract(m.metadata, '$.command') IS NULL "
+            "ORDER BY m.seq DESC LIMIT ?) ORDER BY seq",
+            (conversation_id, limit),
+        )
+        width = len(MESSAGE_COLUMNS.split(","))
+        return [TurnRow(message_from_row(row), row[width], row[width + 1]) for row in rows]
+
+    async def attach_observed(
+        self,
+        folder: str,
+        chat_jid: str,
+        conversation_id: int,
+        *,
+        max_messages: int,
+        max_chars: int,
+    ) -> int:
+        rows = await self._all(
+            "SELECT id, length(content) FROM messages WHERE routed_to = ? AND chat_jid = ? "
+            "AND observed = 1 AND conversation_id IS NULL AND skipped = 0 ORDER BY seq DESC",
+            (folder, chat_jid),
+        )
+        if not rows:
+            return 0
+        taken: list[str] = []
+        used = 0
+        for message_id, length in rows:
+            if len(taken) >= max_messages or used + (length or 0) > max_chars:
+                break
+            taken.append(message_id)
+            used += length or 0
+        left = [row[0] for row in rows[len(taken) :]]
+        await self._many(
+            "UPDATE messages SET conversation_id = ? WHERE id = ? AND chat_jid = ?",
+            ((conversation_id, message_id, chat_jid) for message_id in taken),
+        )
+        await self._many(
+            "UPDATE messages SET skipped = 1 WHERE id = ? AND chat_jid = ?",
+            ((message_id, chat_jid) for message_id in left),
+        )
+        return len(taken)
+
+    async def set_platform_id(self, message_id: str, chat_jid: str, platform_id: str) -> None:
+        await self._run(
+            "UPDATE messages SET platform_id = ? WHERE id = ? AND chat_jid = ?",
+            (platform_id, message_id, chat_jid),
+        )
+
+    async def insert_drop(self, drop: DropRecord) -> None:
+        await self._run(
+            "INSERT INTO drops (id, chat_jid, time, sender, verb, reason) "
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id, chat_jid) DO NOTHING",
+            (drop.id, drop.chat_jid, to_iso(drop.time), drop.sender, drop.verb, drop.reason),
+        )
+
+    async def list_drops(self, *, limit: int) -> list[DropRecord]:
+        rows = await self._all(
+            "SELECT id, chat_jid, time, sender, verb, reason FROM ("
+            "SELECT id, chat_jid, time, sender, verb, reason FROM drops "
+            "ORDER BY time DESC LIMIT ?) ORDER BY time",
+            (limit,),
+        )
+        return [DropRecord(r[0], r[1], from_iso(r[2]), r[3], r[4], r[5]) for r in rows]
+
+
+def message_from_row(row: Any) -> StoredMessage:
+    return StoredMessage(
+        id=row[0],
+        chat_jid=row[1],
+        seq=row[2],
+        sender=row[3] or "",
+        sender_name=row[4] or "",
+        content=row[5] or "",
+        timestamp=from_iso(row[6]),
+        is_from_me=bool(row[7]),
+        message_type=MessageType(row[8]),
+        metadata=load_object(row[9]),
+        verb=row[10],
+        topic=row[11],
+        reply_to=row[12],
+        platform_id=row[13],
+        routed_to=row[14],
+        observed=bool(row[15]),
+        conversation_id=row[16],
+        run_id=row[17],
+        compacted=bool(row[18]),
+    )

@@ -1,0 +1,159 @@
+"""Statements on run records and scheduled tasks."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from postroom.store.records import RunRecord, TaskRecord
+from postroom.store.sqlite.base import Statements
+from postroom.store.sqlite.codec import dump_json, from_iso, load_json, to_iso
+
+__all__ = ["RunStatements"]
+
+_RUN_COLUMNS = (
+    "id, job_id, folder, conversation_id, provider, model, account, system, messages, tools, "
+    "output_raw, output, usage, cost, duration_ms, outcome, error, started_at, finished_at"
+)
+_TASK_COLUMNS = (
+    "id, folder, chat_jid, schedule, tz, prompt, enabled, next_run, last_run, last_status, "
+    "created_at, created_by"
+)
+_TASK_CHANGES = {"enabled", "next_run", "last_run", "last_status"}
+
+
+class RunStatements(Statements):
+    async def insert_run(self, run: RunRecord) -> int:
+        row = await self._one(
+            "INSERT INTO runs (job_id, folder, conversation_id, provider, model, account, system, "
+            "messages, tools, output_raw, output, usage, cost, duration_ms, outcome, error, "
+            "started_at, finished_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            (
+                run.job_id,
+                run.folder,
+                run.conversation_id,
+                run.provider,
+                run.model,
+                run.account,
+                run.system,
+                dump_json(run.messages),
+                dump_json(run.tools),
+                run.output_raw,
+                run.output,
+                None if run.usage is None else dump_json(run.usage),
+                run.cost,
+                run.duration_ms,
+                run.outcome,
+                run.error,
+                to_iso(run.started_at),
+                None if run.finished_at is None else to_iso(run.finished_at),
+            ),
+        )
+        return int(row[0])
+
+    async def get_run(self, run_id: int) -> RunRecord | None:
+        row = await self._one(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,))
+        if row is None:
+            return None
+        return RunRecord(
+            id=row[0],
+            job_id=row[1],
+            folder=row[2],
+            conversation_id=row[3],
+            provider=row[4],
+            model=row[5],
+            account=row[6],
+            system=row[7],
+            messages=load_json(row[8]) or [],
+            tools=load_json(row[9]) or [],
+            output_raw=row[10],
+            output=row[11],
+            usage=load_json(row[12]),
+            cost=row[13],
+            duration_ms=row[14],
+            outcome=row[15],
+            error=row[16],
+            started_at=from_iso(row[17]),
+            finished_at=from_iso(row[18]) if row[18] else None,
+        )
+
+    async def insert_task(self, task: TaskRecord) -> int:
+        row = await self._one(
+            "INSERT INTO tasks (folder, chat_jid, schedule, tz, prompt, enabled, next_run, "
+            "last_run, last_status, created_at, created_by) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            (
+                task.folder,
+                task.chat_jid,
+                task.schedule,
+                task.tz,
+                task.prompt,
+                int(task.enabled),
+                _iso(task.next_run),
+                _iso(task.last_run),
+                task.last_status,
+                to_iso(task.created_at),
+                task.created_by,
+            ),
+        )
+        return int(row[0])
+
+    async def get_task(self, task_id: int) -> TaskRecord | None:
+        row = await self._one(f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = ?", (task_id,))
+        return None if row is None else _task(row)
+
+    async def list_tasks(self) -> list[TaskRecord]:
+        return [_task(r) for r in await self._all(f"SELECT {_TASK_COLUMNS} FROM tasks ORDER BY id")]
+
+    async def update_task(self, task_id: int, **changes: Any) -> None:
+        unknown = set(changes) - _TASK_CHANGES
+        if unknown:
+            raise ValueError(f"cannot change {sorted(unknown)} of a task")
+        if not changes:
+            return
+        values = [
+            int(v) if k == "enabled" else _iso(v) if isinstance(v, datetime) else v
+            for k, v in changes.items()
+        ]
+        sets = ", ".join(f"{key} = ?" for key in changes)
+        await self._run(f"UPDATE tasks SET {sets} WHERE id = ?", [*values, task_id])
+
+    async def delete_task(self, task_id: int) -> bool:
+        return await self._run("DELETE FROM tasks WHERE id = ?", (task_id,)) == 1
+
+    async def due_tasks(self, *, now: datetime) -> list[TaskRecord]:
+        rows = await self._all(
+            f"SELECT {_TASK_COLUMNS} FROM tasks WHERE enabled = 1 AND next_run IS NOT NULL "
+            "AND next_run <= ? ORDER BY next_run, id",
+            (to_iso(now),),
+        )
+        return [_task(row) for row in rows]
+
+    async def task_has_open_job(self, task_id: int) -> bool:
+        row = await self._one(
+            "SELECT 1 FROM jobs WHERE task_id = ? AND status IN ('queued', 'running') LIMIT 1",
+            (task_id,),
+        )
+        return row is not None
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else to_iso(value)
+
+
+def _task(row: Any) -> TaskRecord:
+    return TaskRecord(
+        id=row[0],
+        folder=row[1],
+        chat_jid=row[2],
+        schedule=row[3],
+        tz=row[4],
+        prompt=row[5],
+        enabled=bool(row[6]),
+        next_run=from_iso(row[7]) if row[7] else None,
+        last_run=from_iso(row[8]) if row[8] else None,
+        last_status=row[9],
+        created_at=from_iso(row[10]),
+        created_by=row[11],
+    )

@@ -1,0 +1,1 @@
+"""The web chat page and its static assets."""

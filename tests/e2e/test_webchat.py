@@ -1,0 +1,186 @@
+"""The web chat in a real browser (headless Chromium through Playwright) against a real
+``postroom serve``: type and see the answer, see a host notice rendered as one, see the typing
+indicator, and watch a message from another chat appear live in the operator view."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+CHROMIUM = "/usr/bin/chromium"
+pytestmark = pytest.mark.skipif(
+    not Path(CHROMIUM).exists(), reason=f"Chromium is not installed at {CHROMIUM}"
+)
+READY = re.compile(r"postroom serving on http://127\.0\.0\.1:(\d+)")
+
+
+@dataclass
+class Server:
+    url: str
+    token: str
+    process: subprocess.Popen[bytes]
+    log: list[str]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    data = tmp_path_factory.mktemp("webchat") / "data"
+    subprocess.run(
+        [sys.executable, "-m", "postroom", "--data", str(data), "init"],
+        check=True,
+        capture_output=True,
+    )
+    token = tomllib.loads((data / "postroom.toml").read_text())["api"]["token"]
+    env = {**os.environ, "POSTROOM_PROVIDERS__ECHO__DELAY_MS": "1500"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "postroom", "--data", str(data), "serve", "--port", "0"],
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    log: list[str] = []
+    port: list[int] = []
+    ready = threading.Event()
+
+    def read() -> None:
+        assert process.stderr is not None
+        for raw in process.stderr:
+            line = raw.decode(errors="replace")
+            log.append(line)
+            match = READY.search(line)
+            if match:
+                port.append(int(match.group(1)))
+                ready.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    if not ready.wait(30):
+        process.kill()
+        pytest.fail("postroom serve did not start:\n" + "".join(log))
+    yield Server(f"http://127.0.0.1:{port[0]}", token, process, log)
+    process.terminate()
+    try:
+        process.wait(15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(5)
+    reader.join(5)
+    assert process.stderr is not None
+    process.stderr.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
+        yield launched
+        launched.close()
+
+
+def _open(browser: Browser, url: str) -> Page:
+    page = browser.new_context(viewport={"width": 1100, "height": 800}).new_page()
+    page.goto(url)
+    expect(page.locator("#status")).to_have_attribute("data-state", "online", timeout=15_000)
+    return page
+
+
+def _send(page: Page, text: str) -> None:
+    page.locator("#composer").fill(text)
+    page.locator("#send").click()
+
+
+@pytest.mark.timeout(120)
+def test_type_see_answer_typing_and_host_notice(server: Server, browser: Browser) -> None:
+    page = _open(browser, server.url + "/")
+    assert page.locator("#operator").count() == 0
+    _send(page, "hello from the browser")
+    # The echo runner takes 1.5 s: the typing indicator shows meanwhile.
+    expect(page.locator("#typing")).to_be_visible(timeout=10_000)
+    answer = page.locator('[data-testid="message"][data-type="assistant"]')
+    expect(answer).to_have_count(1, timeout=15_000)
+    expect(answer).to_contain_text("hello from the browser")
+    expect(page.locator("#typing")).to_be_hidden(timeout=10_000)
+    mine = page.locator('[data-testid="message"][data-type="user"]')
+    expect(mine).to_contain_text("hello from the browser")
+    chat = mine.first.get_attribute("data-chat")
+    assert chat is not None and re.fullmatch(r"web:main/anon-[0-9a-f]+", chat)
+
+    # A steering command is answered with a host notice, rendered as one.
+    _send(page, "#support")
+    notice = page.locator('[data-testid="message"][data-type="host"]')
+    expect(notice).to_have_count(1, timeout=10_000)
+    expect(notice).to_contain_text("topic → support")
+    expect(notice).to_contain_text("🏠")
+
+    # The history survives a reload (same visitor cookie, same chat).
+    page.reload()
+    expect(page.locator('[data-testid="message"][data-type="assistant"]')).to_have_count(
+        1, timeout=10_000
+    )
+    assert page.locator('[data-testid="message"]').first.get_attribute("data-chat") == chat
+
+
+@pytest.mark.timeout(120)
+def test_operator_sees_other_chats_live(server: Server, browser: Browser) -> None:
+    operator = _open(browser, f"{server.url}/?token={server.token}")
+    expect(operator.locator("#operator")).to_be_visible()
+    visitor = _open(browser, server.url + "/chat/support")
+    # A message from another chat (through the HTTP API) appears live in the operator view...
+    response = httpx.post(
+        f"{server.url}/api/v1/messages",
+        headers={"Authorization": f"Bearer {server.token}"},
+        json={
+            "chat_jid": "telegram:group/77",
+            "sender": "telegram:user/5",
+            "sender_name": "Alice",
+            "content": "a message from telegram",
+        },
+        timeout=10,
+    )
+    assert response.status_code == 200, response.text
+    from_telegram = operator.locator('[data-testid="message"][data-chat="telegram:group/77"]')
+    expect(from_telegram.first).to_contain_text("a message from telegram", timeout=10_000)
+    # ...and so does a visitor's chat on another channel, with the agent's answer.
+    _send(visitor, "question from the support page")
+    visitor_chat = operator.locator(
+        '[data-testid="message"][data-type="assistant"]', has_text="question from the support page"
+    )
+    expect(visitor_chat.first).to_be_visible(timeout=15_000)
+    chat = visitor_chat.first.get_attribute("data-chat")
+    assert chat is not None and chat.startswith("web:support/anon-")
+    # The anonymous page sees only its own chat.
+    time.sleep(0.5)
+    chats = {
+        visitor.locator('[data-testid="message"]').nth(i).get_attribute("data-chat")
+        for i in range(visitor.locator('[data-testid="message"]').count())
+    }
+    assert chats == {chat}
+
+
+@pytest.mark.timeout(60)
+def test_bad_token_is_refused_and_page_says_so(server: Server, browser: Browser) -> None:
+    page = browser.new_context().new_page()
+    page.goto(f"{server.url}/?token=wrong")
+    expect(page.locator("#status")).not_to_have_attribute("data-state", "online", timeout=5_000)
+    assert page.locator("#operator").count() == 0
