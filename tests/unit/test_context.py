@@ -95,9 +95,7 @@ def test_a_follow_up_turn_sees_the_earlier_answer_before_its_own_messages() -> N
     m1, m2, m3 = row("m1", id="a"), row("m2", id="b"), row("m3", id="c")
     answer1 = row("re m1", MessageType.ASSISTANT, sender="bot", job_id=1)  # stored after m2, m3
     answered_by = {("a", m1.chat_jid): 1, ("b", m2.chat_jid): 2, ("c", m3.chat_jid): 2}
-    arranged = arrange_history(
-        [m1, m2, m3, answer1], turn=2, answered_by=answered_by, pending={2}
-    )
+    arranged = arrange_history([m1, m2, m3, answer1], turn=2, answered_by=answered_by, pending={2})
     assert [m.content for m in arranged] == ["m1", "re m1", "m2", "m3"]
 
 
