@@ -43,7 +43,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         capture_output=True,
     )
     token = tomllib.loads((data / "postroom.toml").read_text())["api"]["token"]
-    env = {**os.environ, "POSTROOM_PROVIDERS__ECHO__DELAY_MS": "1500"}
+    env = {
+        **os.environ,
+        "POSTROOM_PROVIDERS__ECHO__DELAY_MS": "1500",
+        "POSTROOM_SCHEDULER__TICK": "1s",
+    }
     process = subprocess.Popen(
         [sys.executable, "-m", "postroom", "--data", str(data), "serve", "--port", "0"],
         stderr=subprocess.PIPE,
@@ -184,3 +188,35 @@ def test_bad_token_is_refused_and_page_says_so(server: Server, browser: Browser)
     page.goto(f"{server.url}/?token=wrong")
     expect(page.locator("#status")).not_to_have_attribute("data-state", "online", timeout=5_000)
     assert page.locator("#operator").count() == 0
+
+
+@pytest.mark.timeout(120)
+def test_a_scheduled_answer_reaches_the_page(server: Server, browser: Browser) -> None:
+    page = _open(browser, server.url + "/chat/news")
+    _send(page, "subscribe me")
+    mine = page.locator('[data-testid="message"][data-type="user"]')
+    expect(mine).to_have_count(1, timeout=10_000)
+    chat = mine.first.get_attribute("data-chat")
+    assert chat is not None
+    response = httpx.post(
+        f"{server.url}/api/v1/tasks",
+        headers={"Authorization": f"Bearer {server.token}"},
+        json={"folder": "main", "chat_jid": chat, "schedule": "every 1h", "prompt": "daily news"},
+        timeout=10,
+    )
+    assert response.status_code == 201, response.text
+    # "every 1h" first runs an hour from now: a one-shot in the past runs at the next tick.
+    response = httpx.post(
+        f"{server.url}/api/v1/tasks",
+        headers={"Authorization": f"Bearer {server.token}"},
+        json={
+            "folder": "main",
+            "chat_jid": chat,
+            "schedule": "2020-01-01T00:00:00Z",
+            "prompt": "the scheduled digest",
+        },
+        timeout=10,
+    )
+    assert response.status_code == 201, response.text
+    scheduled = page.locator('[data-testid="message"][data-type="assistant"]', has_text="digest")
+    expect(scheduled.first).to_be_visible(timeout=20_000)

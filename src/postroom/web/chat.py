@@ -131,9 +131,14 @@ class WebChat:
         bus = self._services.signals.bus
 
         def wanted(event: Event) -> bool:
+            own = event.data.get("chat_jid") == visitor.chat_jid
+            if event.kind == "delivery":
+                # A scheduled answer lives in its task's conversation, not in this chat's
+                # history: it reaches the page as its delivery.
+                return own and event.data.get("kind") == "scheduled"
             if event.kind not in ("message", "typing"):
                 return False
-            return visitor.operator or event.data.get("chat_jid") == visitor.chat_jid
+            return visitor.operator or own
 
         # Subscribe before reading the history, so nothing falls between the two.
         subscription = bus.subscribe(accept=wanted)
@@ -175,8 +180,30 @@ class WebChat:
                 if int(event.data["seq"]) <= last_seq:
                     continue
                 await websocket.send_json({"type": "message", "message": event.data})
+            elif event.kind == "delivery":
+                await websocket.send_json({"type": "message", "message": self._delivered(event)})
             else:
                 await websocket.send_json({"type": "typing", **event.data})
+
+    def _delivered(self, event: Event) -> dict[str, Any]:
+        data = event.data
+        return {
+            "id": f"{data['id']}:{data['chunk']}",
+            "chat_jid": data["chat_jid"],
+            "seq": None,
+            "sender": "bot",
+            "sender_name": self._assistant,
+            "content": data["content"],
+            "timestamp": self._services.clock().isoformat(),
+            "message_type": data["message_type"],
+            "verb": "message",
+            "topic": data.get("topic") or "",
+            "reply_to": None,
+            "routed_to": data.get("folder"),
+            "observed": False,
+            "run_id": None,
+            "metadata": {"scheduled": True},
+        }
 
     async def _read(self, websocket: WebSocket, visitor: _Visitor) -> None:
         while True:
