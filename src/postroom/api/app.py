@@ -17,7 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from postroom import __version__
 from postroom.api.routes import ApiContext, build_router
 from postroom.core.errors import Conflict, InvalidInput, NotFound, PostroomError, TooLarge
-from postroom.core.tokens import token_matches
+from postroom.core.signing import token_matches
 
 __all__ = ["create_api"]
 

@@ -27,7 +27,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from postroom.core.errors import PostroomError
 from postroom.core.messages import InboundMessage
-from postroom.core.tokens import sign_value, token_matches, token_tag, verify_value
+from postroom.core.signing import sign_value, token_matches, token_tag, verify_value
 from postroom.engine.notices import new_message_id
 from postroom.engine.services import Services
 from postroom.engine.signals import Event
