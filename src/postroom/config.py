@@ -144,7 +144,19 @@ class ProviderConfig(_Section):
     api_keys: tuple[str, ...] = ()
     #: For providers reached through another's API (an OpenAI-compatible server).
     kind: str | None = None
+    #: The model a folder of this provider uses when it names none.
+    model: str | None = None
+    stream: bool = False
+    timeout_s: Duration = Field(120.0, alias="timeout")
     delay_ms: int = Field(0, ge=0)
+
+
+class ModelConfig(_Section):
+    """Overrides of postroom's model table: window and price (USD per million tokens)."""
+
+    context_window: int = Field(ge=256)
+    input_per_mtok: float | None = Field(None, ge=0)
+    output_per_mtok: float | None = Field(None, ge=0)
 
 
 class Config(_Section):
@@ -165,6 +177,7 @@ class Config(_Section):
     routing: RoutingConfig = RoutingConfig()
     transcriber: TranscriberConfig = TranscriberConfig()
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
+    models: dict[str, ModelConfig] = Field(default_factory=dict)
     #: Per-adapter sections; each adapter validates its own keys when it starts.
     channels: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
@@ -298,9 +311,12 @@ def _describe(exc: ValidationError, path: Path, env_keys: Mapping[tuple[str, ...
     return f"Bad value for {key!r} in {source}: {message}."
 
 
-def initial_config_text(*, token: str, provider: str) -> str:
+def initial_config_text(*, token: str, provider: str, provider_model: str | None = None) -> str:
     """The ``postroom.toml`` that ``postroom init`` writes: the token, the provider, and the
     most useful keys as comments."""
+    model_section = (
+        f'\n[providers.{provider}]\nmodel = "{provider_model}"\n' if provider_model else ""
+    )
     return f"""\
 # postroom configuration. Every key is optional; the defaults are shown commented out.
 # Environment variables override this file: POSTROOM_SERVER__PORT=9000, and so on.
@@ -323,4 +339,4 @@ provider = "{provider}"
 [assistant]
 # name = "Postroom"     # "@Postroom ..." at the start of a message is a mention
 # aliases = ["ghost"]
-"""
+{model_section}"""

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
+
 from e2e_harness import ServerProcess, Sink, prepare_data_dir
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+
 from e2e_harness import Delivery, ServerProcess, Sink
 
 pytestmark = pytest.mark.timeout(120)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from e2e_harness import ServerProcess, Sink, message_text, postroom_cli
 
 StartServer = Callable[..., ServerProcess]

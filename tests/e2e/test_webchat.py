@@ -130,9 +130,13 @@ def test_type_see_answer_typing_and_host_notice(server: Server, browser: Browser
     chat = mine.first.get_attribute("data-chat")
     assert chat is not None and re.fullmatch(r"web:main/anon-[0-9a-f]+", chat)
 
+    # With the echo provider, the page says how to configure a real model.
+    hint = page.locator('[data-testid="message"][data-type="host"][data-id="setup-hint"]')
+    expect(hint).to_contain_text("ANTHROPIC_API_KEY")
+
     # A steering command is answered with a host notice, rendered as one.
     _send(page, "#support")
-    notice = page.locator('[data-testid="message"][data-type="host"]')
+    notice = page.locator('[data-testid="message"][data-type="host"]', has_text="topic → support")
     expect(notice).to_have_count(1, timeout=10_000)
     expect(notice).to_contain_text("topic → support")
     expect(notice).to_contain_text("🏠")

@@ -996,3 +996,36 @@ async def test_the_running_loop_delivers_an_answer_without_being_driven(
         "ping",
     )
     assert await outbox(services, status="pending") == []
+
+
+# --------------------------------------------------------------------------- overlapping rounds
+
+
+class SlowSink(RecordingSink):
+    """Holds every send until released, like a platform answering slowly."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock)
+        self.release = asyncio.Event()
+
+    async def send(self, chunk: OutgoingChunk) -> SendResult:
+        await self.release.wait()
+        return await super().send(chunk)
+
+
+async def test_overlapping_rounds_never_send_a_row_twice(
+    services: Services, clock: FakeClock
+) -> None:
+    """The loop's round and a final round at shutdown may overlap: a row that is mid-send in
+    one must not be read as due by the other."""
+    sink = SlowSink(clock)
+    loop = make_loop(services, clock, sink)
+    await put_answer(services, clock, "only once", [GUILD])
+    first = asyncio.create_task(loop.deliver_due())
+    await asyncio.sleep(0.05)  # the first round is now waiting inside the sink
+    second = asyncio.create_task(loop.deliver_due())
+    await asyncio.sleep(0.05)
+    sink.release.set()
+    assert await first is True
+    assert await second is False  # it ran after the first: nothing was due any more
+    assert [c.content for c in sink.sent] == ["only once"]

@@ -180,9 +180,7 @@ async def test_new_starts_a_generation_and_ends_engagement(engine: Services) -> 
     async with engine.store.read() as tx:
         assert (await tx.chat_state("telegram:group/5")).engagements == {}
         rows = list(
-            await tx._conn.execute_fetchall(
-                "SELECT folder, chat_jid, generation FROM conversations"
-            )
+            await tx._conn.fetchall("SELECT folder, chat_jid, generation FROM conversations")
         )
     assert rows == [("atlas/content", "telegram:group/5", 1)]
 

@@ -22,10 +22,11 @@ from postroom.core.errors import Conflict, NotFound
 from postroom.core.folders import FolderDefaults, FolderSettings
 from postroom.core.trigger import Trigger
 from postroom.engine import FolderSpec, IngestLimits, Services
+from postroom.engine.runner import AgentResult, Toolbox
 from postroom.engine.signals import Signals
 from postroom.engine.turns import QueueSettings
 from postroom.engine.worker import ContextSettings, WorkerPool
-from postroom.llm import EchoProvider, ModelRequest, ModelResponse, ProviderError
+from postroom.llm import EchoProvider, ModelRequest, ProviderError
 from postroom.store import SqliteStore, Store, StoreTx
 from postroom.store.records import JobRecord, JobStatus
 
@@ -69,7 +70,13 @@ class GatedRunner:
         self.max_total = 0
         self._echo = EchoProvider()
 
-    async def run(self, request: ModelRequest, *, settings: FolderSettings) -> ModelResponse:
+    async def run(
+        self,
+        request: ModelRequest,
+        *,
+        settings: FolderSettings,
+        toolbox: Toolbox | None = None,
+    ) -> AgentResult:
         index = len(self.requests)
         key = (settings.path, chat_of(request))
         self.requests.append(request)
@@ -95,7 +102,7 @@ class GatedRunner:
             self.in_flight[key] -= 1
             self.total -= 1
         self.events.append(("done", index))
-        return response
+        return AgentResult(response=response, request=request, raws=(response.raw,))
 
     def cancelled(self) -> list[int]:
         return [index for event, index in self.events if event == "cancelled"]

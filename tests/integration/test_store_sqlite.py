@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -13,6 +14,7 @@ from postroom.core import ChatState, Engagement, MessageType
 from postroom.core.folders import Folder, Session
 from postroom.store import DropRecord, NewMessage, RouteSpec, SchemaTooNew, SqliteStore
 from postroom.store.sqlite.migrate import available_migrations
+from postroom.store.sqlite.store import CHECKPOINT_EVERY
 
 T = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 
@@ -87,12 +89,49 @@ def test_pragmas_and_schema(tmp_path: Path, store: SqliteStore) -> None:
 
 
 async def test_connection_settings(store: SqliteStore) -> None:
-    async with store.write() as tx:
-        conn = tx._conn  # the pragmas are per connection: read them where statements run
-        ((synchronous,),) = await conn.execute_fetchall("PRAGMA synchronous")
-        ((foreign_keys,),) = await conn.execute_fetchall("PRAGMA foreign_keys")
-    assert synchronous == 1  # NORMAL
-    assert foreign_keys == 1
+    for transaction in (store.write, store.read):
+        async with transaction() as tx:
+            conn = tx._conn  # the pragmas are per connection: read them where statements run
+            ((synchronous,),) = await conn.fetchall("PRAGMA synchronous")
+            ((foreign_keys,),) = await conn.fetchall("PRAGMA foreign_keys")
+            ((journal,),) = await conn.fetchall("PRAGMA journal_mode")
+        assert synchronous == 1  # NORMAL
+        assert foreign_keys == 1
+        assert journal == "wal"
+
+
+async def test_a_write_waiting_for_another_process_never_stalls_the_event_loop(
+    store: SqliteStore,
+) -> None:
+    """The write connection runs on the loop's thread, so it must not sit in SQLite's busy
+    handler while another process (the CLI) holds the write lock: it waits asynchronously."""
+    other = sqlite3.connect(store.path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.005)
+
+        async def write() -> None:
+            async with store.write() as tx:
+                await tx.set_state("main", "k", "v", now=datetime.now(UTC))
+
+        clock = asyncio.create_task(ticker())
+        writing = asyncio.create_task(write())
+        await asyncio.sleep(0.3)
+        assert not writing.done()  # still waiting for the lock...
+        assert ticks >= 20  # ...while the loop kept running
+        other.execute("COMMIT")
+        await asyncio.wait_for(writing, 5)
+        clock.cancel()
+    finally:
+        other.close()
+    async with store.read() as tx:
+        assert await tx.get_state("main") == {"k": "v"}
 
 
 async def test_reopen_is_idempotent_and_newer_schema_is_refused(tmp_path: Path) -> None:
@@ -247,7 +286,7 @@ async def test_conversation_generations(store: SqliteStore) -> None:
         second = await tx.new_conversation("atlas", "", "c:1", now=T)
         shared = await tx.new_conversation("atlas", "", None, now=T)
         rows = list(
-            await tx._conn.execute_fetchall(
+            await tx._conn.fetchall(
                 "SELECT id, chat_jid, generation FROM conversations ORDER BY id"
             )
         )
@@ -345,3 +384,27 @@ async def test_closed_store_refuses_use(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="closed"):
         async with opened.read():
             pass
+
+
+async def test_the_write_ahead_log_is_checkpointed_off_the_event_loop(tmp_path: Path) -> None:
+    """Automatic checkpoints are off on the write connection (they would sync the file on the
+    loop's thread); the store checkpoints from the reader's thread every CHECKPOINT_EVERY
+    commits instead, so the WAL stays bounded."""
+    store = await SqliteStore.open(tmp_path / "postroom.db")
+    wal = tmp_path / "postroom.db-wal"
+    try:
+        async with store.write() as tx:
+            ((autocheckpoint,),) = await tx._conn.fetchall("PRAGMA wal_autocheckpoint")
+        assert autocheckpoint == 0
+        sizes = []
+        for _ in range(5):
+            for n in range(CHECKPOINT_EVERY):
+                async with store.write() as tx:
+                    await tx.set_state("main", f"k{n}", "v" * 2000, now=datetime.now(UTC))
+            await asyncio.sleep(0.1)  # the checkpoint runs on the reader's thread
+            sizes.append(wal.stat().st_size)
+    finally:
+        await store.close()
+    # Without checkpoints the log would only grow (every commit appends pages); with them it
+    # is reused from the start once a checkpoint completed.
+    assert max(sizes) <= sizes[0] * 1.1, sizes  # unchecked, it grows by ~25% a round

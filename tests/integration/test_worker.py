@@ -20,11 +20,11 @@ from postroom.core import Action, MessageType, StoredMessage
 from postroom.core.folders import FolderDefaults, FolderSettings
 from postroom.core.trigger import Trigger
 from postroom.engine import FolderSpec, IngestLimits, Services
-from postroom.engine.runner import AgentRunner, ProviderRunner
+from postroom.engine.runner import AgentResult, AgentRunner, ProviderRunner, Toolbox
 from postroom.engine.signals import Event, Signals
 from postroom.engine.turns import QueueSettings
 from postroom.engine.worker import ContextSettings, WorkerPool
-from postroom.llm import EchoProvider, ModelRequest, ModelResponse, ProviderError
+from postroom.llm import EchoProvider, ModelRequest, ProviderError
 from postroom.store import NewMessage, SqliteStore
 from postroom.store.records import JobRecord, JobStatus, RunRecord
 
@@ -65,7 +65,13 @@ class GatedRunner:
         self.total = 0
         self._echo = EchoProvider()
 
-    async def run(self, request: ModelRequest, *, settings: FolderSettings) -> ModelResponse:
+    async def run(
+        self,
+        request: ModelRequest,
+        *,
+        settings: FolderSettings,
+        toolbox: Toolbox | None = None,
+    ) -> AgentResult:
         index = len(self.requests)
         key = (settings.path, chat_of(request))
         self.requests.append(request)
@@ -89,7 +95,7 @@ class GatedRunner:
             self.in_flight[key] -= 1
             self.total -= 1
         self.events.append(("done", index))
-        return response
+        return AgentResult(response=response, request=request, raws=(response.raw,))
 
     def cancelled(self) -> list[int]:
         return [index for event, index in self.events if event == "cancelled"]
@@ -541,7 +547,7 @@ async def test_observed_rows_join_the_next_turn_as_one_block_within_the_window(
         first.conversation_id
     ] * 3
     async with services.store.read() as tx:
-        skipped = await tx._conn.execute_fetchall(  # type: ignore[attr-defined]
+        skipped = await tx._conn.fetchall(  # type: ignore[attr-defined]
             "SELECT id FROM messages WHERE chat_jid = ? AND skipped = 1 ORDER BY seq", (chat,)
         )
     assert [row[0] for row in skipped] == observed[:2]

@@ -28,15 +28,21 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
-def _bearer(request: Request) -> str | None:
-    header = request.headers.get("authorization", "")
-    scheme, _, value = header.partition(" ")
-    if scheme.lower() != "bearer" or not value:
-        return None
-    return value.strip()
+def _bearer(scope: Scope) -> str | None:
+    for name, raw in scope.get("headers", ()):
+        if name == b"authorization":
+            scheme, _, value = bytes(raw).decode("latin-1").partition(" ")
+            if scheme.lower() != "bearer" or not value:
+                return None
+            return value.strip()
+    return None
 
 
 def _error(status: int, message: str) -> JSONResponse:
+    # A sentence may quote the client's input, which can hold a lone surrogate (a JSON
+    # ``\ud800`` escape, or invalid UTF-8 that ``json.loads`` lets through): write it escaped,
+    # or encoding the answer would fail.
+    message = message.encode("utf-8", "backslashreplace").decode("utf-8")
     return JSONResponse({"error": message}, status_code=status)
 
 
@@ -102,6 +108,27 @@ class BodyLimit:
         await self._app(scope, buffered, send)
 
 
+class BearerAuth:
+    """Refuses ``/api/`` and ``/metrics`` requests without the bearer token (401).
+
+    Plain ASGI rather than an ``http`` middleware function: those run every request through a
+    task group and memory streams, which cost more than ingesting the message itself.
+    """
+
+    def __init__(self, app: ASGIApp, *, token: str) -> None:
+        self._app = app
+        self._token = token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            path = scope["path"]
+            guarded = path.startswith("/api/") or path == "/metrics"
+            if guarded and not token_matches(self._token, _bearer(scope)):
+                await _error(401, "Missing or wrong bearer token.")(scope, receive, send)
+                return
+        await self._app(scope, receive, send)
+
+
 def create_api(
     ctx: ApiContext,
     *,
@@ -118,16 +145,6 @@ def create_api(
         redoc_url=None,
         openapi_url="/api/v1/openapi.json",
     )
-
-    @app.middleware("http")
-    async def authenticate(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        path = request.url.path
-        guarded = path.startswith("/api/") or path == "/metrics"
-        if guarded and not token_matches(token, _bearer(request)):
-            return _error(401, "Missing or wrong bearer token.")
-        return await call_next(request)
 
     @app.exception_handler(RequestValidationError)
     async def on_validation(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -164,5 +181,7 @@ def create_api(
         return PlainTextResponse(body.decode(), media_type=content_type)
 
     app.include_router(build_router(ctx))
+    # Added last, so it runs first: an unauthenticated body is never buffered.
     app.add_middleware(BodyLimit, limit=body_limit)
+    app.add_middleware(BearerAuth, token=token)
     return app

@@ -39,6 +39,10 @@ class ApiContext:
     services: Services
     tasks: TaskService
     render_metrics: Callable[[], Awaitable[tuple[bytes, str]]]
+    #: Providers and their accounts' cooldowns (no keys), for ``GET /providers``.
+    provider_status: Callable[[], list[dict[str, Any]]] = list
+    #: Each channel adapter's state, for ``GET /channels``.
+    channel_status: Callable[[], list[dict[str, Any]]] = list
 
 
 def inbound_from_body(body: MessageIn, *, clock: Callable[[], datetime]) -> InboundMessage:
@@ -195,6 +199,14 @@ def build_router(ctx: ApiContext) -> APIRouter:
     @api.get("/runs/{run_id}")
     async def get_run(run_id: int) -> dict[str, Any]:
         return run_to_dict(await services.history.run(run_id))
+
+    @api.get("/providers", summary="Configured providers and their accounts' cooldowns")
+    async def list_providers() -> dict[str, Any]:
+        return {"providers": ctx.provider_status()}
+
+    @api.get("/channels", summary="Each channel adapter's state, last event and last error")
+    async def list_channels() -> dict[str, Any]:
+        return {"channels": ctx.channel_status()}
 
     @api.get("/drops")
     async def list_drops(limit: int = Query(100, ge=1, le=1000)) -> dict[str, Any]:

@@ -17,8 +17,8 @@ import secrets
 import signal
 import socket
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,24 +29,39 @@ from fastapi import FastAPI
 
 from postroom.api.app import create_api
 from postroom.api.routes import ApiContext
+from postroom.app.channels import ChannelHost, build_channels
+from postroom.app.detect import ECHO_HINT
 from postroom.app.metrics import PrometheusMetrics
+from postroom.app.providers import build_providers, close_providers
+from postroom.channels.base import ChannelContext
 from postroom.channels.http import EventStreamSink, WebhookSink
 from postroom.config import CONFIG_FILE, DATABASE_FILE, Config
 from postroom.core.errors import ConfigError, PostroomError
+from postroom.core.folders import FolderSettings
+from postroom.engine.answer import AnswerWriter
+from postroom.engine.compaction import CompactionSettings, Compactor
+from postroom.engine.context_builder import ContextBuilder
 from postroom.engine.delivery import DeliveryLoop, DeliverySettings, SinkRouter
+from postroom.engine.enrich import Enricher
 from postroom.engine.feed import MessageFeed
 from postroom.engine.ingest import IngestLimits
+from postroom.engine.memory import MemoryService
 from postroom.engine.persona import PersonaSource
 from postroom.engine.runner import ProviderRunner
 from postroom.engine.services import Services
 from postroom.engine.signals import Signals
 from postroom.engine.tasks import Scheduler, TaskService
+from postroom.engine.tools import ToolFactory
 from postroom.engine.turns import QueueSettings
 from postroom.engine.worker import ContextSettings, WorkerPool
-from postroom.llm.base import Provider
-from postroom.llm.echo import EchoProvider
+from postroom.llm.accounts import AccountPool
+from postroom.llm.base import ModelRequest, ModelResponse, Provider
+from postroom.llm.models import ModelInfo, ModelTable
+from postroom.llm.tokenizer import TokenCounter
+from postroom.llm.transcriber import HttpTranscriber
 from postroom.store.sqlite import SqliteStore
 from postroom.web.chat import WebChat
+from postroom.web.tui_socket import TuiSocket
 
 __all__ = ["Gateway", "check_bind", "serve"]
 
@@ -68,6 +83,15 @@ def check_bind(host: str, token: str) -> None:
             f"Refusing to listen on {host} without an API token: set [api] token in "
             f"{CONFIG_FILE} (postroom init writes one) or bind to 127.0.0.1."
         )
+
+
+def _transcriber(config: Config, client: httpx.AsyncClient) -> HttpTranscriber | None:
+    section = config.transcriber
+    if not section.base_url or not section.model:
+        return None
+    return HttpTranscriber(
+        base_url=section.base_url, model=section.model, api_key=section.api_key, client=client
+    )
 
 
 def _web_secret(data_dir: Path) -> bytes:
@@ -101,11 +125,6 @@ class _Server(uvicorn.Server):
         self.listening.set()
 
 
-def _providers(config: Config) -> dict[str, Provider]:
-    echo = config.providers.get("echo")
-    return {"echo": EchoProvider(delay_ms=echo.delay_ms if echo else 0)}
-
-
 @dataclass
 class Gateway:
     """Everything ``postroom serve`` runs, built from one configuration."""
@@ -120,6 +139,8 @@ class Gateway:
     http: FastAPI
     client: httpx.AsyncClient
     metrics: PrometheusMetrics
+    channels: ChannelHost
+    providers: Mapping[str, Provider] = field(default_factory=dict)
 
     @classmethod
     async def build(cls, data_dir: Path, config: Config) -> Gateway:
@@ -158,6 +179,7 @@ class Gateway:
             await services.catalog.reload(tx)
         client = httpx.AsyncClient(timeout=httpx.Timeout(10.0))
         sinks = SinkRouter(fallback=EventStreamSink())
+        channels = ChannelHost(build_channels(config), signals=signals, sinks=sinks)
         for platform, section in config.channels.get("http", {}).items():
             if not isinstance(section, dict) or not section.get("outbound_url"):
                 continue
@@ -170,24 +192,73 @@ class Gateway:
                 ),
             )
         tasks = services.tasks
+        providers = build_providers(config, clock=services.clock)
+        models = ModelTable(
+            {
+                name: ModelInfo(m.context_window, m.input_per_mtok, m.output_per_mtok)
+                for name, m in config.models.items()
+            }
+        )
+        runner = ProviderRunner(
+            providers, max_model_calls=config.llm.max_model_calls, models=models
+        )
+        memory = MemoryService(store=store)
+
+        async def complete(request: ModelRequest, settings: FolderSettings) -> ModelResponse:
+            return await runner.provider_for(settings).complete(request)
+
+        compactor = Compactor(
+            store=store,
+            complete=complete,
+            memory=memory,
+            tokens=TokenCounter(),
+            models=models,
+            clock=services.clock,
+            settings=CompactionSettings(
+                threshold=config.compaction.threshold, keep_last=config.compaction.keep_last
+            ),
+        )
         workers = WorkerPool(
             store=store,
             catalog=services.catalog,
-            runner=ProviderRunner(_providers(config)),
+            runner=runner,
             signals=signals,
             clock=services.clock,
             queue=queue,
-            context=ContextSettings(
-                max_messages=config.context.max_messages,
-                observe_window_messages=config.observe.window_messages,
-                observe_window_chars=config.observe.window_chars,
+            context=ContextBuilder(
+                store=store,
+                catalog=services.catalog,
+                clock=services.clock,
+                settings=ContextSettings(
+                    max_messages=config.context.max_messages,
+                    observe_window_messages=config.observe.window_messages,
+                    observe_window_chars=config.observe.window_chars,
+                ),
+                personas=PersonaSource(data_dir / "folders"),
+                memory=memory,
+                compactor=compactor,
+                enricher=Enricher(store=store, transcribe=_transcriber(config, client)),
             ),
             defaults=services.defaults,
             owner=_owner_id(data_dir),
             boot_id=uuid.uuid4().hex,
             assistant_name=config.assistant.name,
             metrics=metrics,
-            personas=PersonaSource(data_dir / "folders"),
+            answers=AnswerWriter(
+                clock=services.clock,
+                memory=memory,
+                folders=services.folders,
+                tasks=services.tasks,
+                assistant_name=config.assistant.name,
+                max_depth=config.delegation.max_depth,
+                max_attempts=config.queue.max_attempts,
+            ),
+            tools=ToolFactory(
+                memory=memory,
+                routes=services.routes,
+                folders=services.folders,
+                max_depth=config.delegation.max_depth,
+            ),
         )
         delivery = DeliveryLoop(
             store=store,
@@ -210,8 +281,36 @@ class Gateway:
             tick_s=config.scheduler.tick_s,
         )
         feed = MessageFeed(store=store, signals=signals)
+
+        def provider_status() -> list[dict[str, Any]]:
+            out: list[dict[str, Any]] = []
+            for name, provider in sorted(providers.items()):
+                pool = provider if isinstance(provider, AccountPool) else None
+                out.append(
+                    {
+                        "name": name,
+                        "accounts": [
+                            {
+                                "label": s.label,
+                                "limited_until": s.limited_until.isoformat()
+                                if s.limited_until
+                                else None,
+                                "strikes": s.strikes,
+                            }
+                            for s in (pool.status() if pool else [])
+                        ],
+                    }
+                )
+            return out
+
         http = create_api(
-            ApiContext(services=services, tasks=tasks, render_metrics=metrics.render),
+            ApiContext(
+                services=services,
+                tasks=tasks,
+                render_metrics=metrics.render,
+                provider_status=provider_status,
+                channel_status=channels.status,
+            ),
             token=config.api.token,
             body_limit=config.limits.body_bytes,
         )
@@ -220,8 +319,15 @@ class Gateway:
             token=config.api.token,
             secret=_web_secret(data_dir),
             assistant_name=config.assistant.name,
+            setup_hint=ECHO_HINT if config.defaults.provider == "echo" else None,
         )
         http.router.routes.extend(web.routes())
+        http.router.routes.append(
+            TuiSocket(
+                services=services, token=config.api.token, assistant_name=config.assistant.name
+            ).route()
+        )
+        http.router.routes.extend(channels.routes())
         return cls(
             config=config,
             services=services,
@@ -233,7 +339,16 @@ class Gateway:
             http=http,
             client=client,
             metrics=metrics,
+            channels=channels,
+            providers=providers,
         )
+
+    _stop: asyncio.Event | None = None
+
+    def request_stop(self) -> None:
+        """Ask a running :meth:`run` to shut down gracefully (as SIGINT does)."""
+        if self._stop is not None:
+            self._stop.set()
 
     async def run(
         self,
@@ -262,13 +377,21 @@ class Gateway:
                 lifespan="off",
             )
         )
-        stop = asyncio.Event()
+        stop = self._stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError):
                 loop.add_signal_handler(sig, stop.set)
         await self.feed.start_at_end()
         await self.workers.start()
+        await self.channels.start(
+            ChannelContext(
+                inbound=self.services.ingest.ingest,
+                clock=self.services.clock,
+                assistant_name=self.config.assistant.name,
+                image_bytes=self.config.limits.image_bytes,
+            )
+        )
         background: list[asyncio.Task[Any]] = [
             asyncio.create_task(self.delivery.run(), name="delivery"),
             asyncio.create_task(self.scheduler.run(), name="scheduler"),
@@ -288,6 +411,7 @@ class Gateway:
         await asyncio.wait({waiter, serving}, return_when=asyncio.FIRST_COMPLETED)
         log.info("serve.stopping")
         server.should_exit = True
+        await self.channels.stop()
         await self.workers.stop()
         self.scheduler.stop()
         self.feed.stop()
@@ -301,6 +425,7 @@ class Gateway:
             await serving
         waiter.cancel()
         await self.client.aclose()
+        await close_providers(self.providers)
         await self.services.close()
         log.info("serve.stopped")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 from pathlib import Path
 from typing import Annotated
@@ -9,7 +10,10 @@ from typing import Annotated
 import typer
 
 from postroom import __version__
+from postroom.app.detect import ECHO_HINT, detect_provider
 from postroom.cli import folders, jobs, messages, routes, tasks
+from postroom.cli.channels import channels
+from postroom.cli.chat import chat
 from postroom.cli.common import (
     CliContext,
     actor,
@@ -20,6 +24,7 @@ from postroom.cli.common import (
     services_for,
     stdout,
 )
+from postroom.cli.ops import doctor, usage
 from postroom.cli.serve import serve
 from postroom.config import DATABASE_FILE, initial_config_text
 from postroom.engine.bootstrap import bootstrap
@@ -42,6 +47,10 @@ app.add_typer(jobs.runs_app, name="runs")
 app.add_typer(tasks.app, name="tasks")
 messages.register(app)
 app.command("serve")(serve)
+app.command("usage")(usage)
+app.command("doctor")(doctor)
+app.command("chat")(chat)
+app.command("channels")(channels)
 
 
 def _version(value: bool) -> None:
@@ -91,9 +100,16 @@ def init(
         path = config_path(cli)
         token: str | None = None
         wrote_config = False
+        detected = None
         if not path.exists():
+            detected = detect_provider(os.environ)
             token = secrets.token_urlsafe(32)
-            path.write_text(initial_config_text(token=token, provider="echo"), "utf-8")
+            path.write_text(
+                initial_config_text(
+                    token=token, provider=detected.provider, provider_model=detected.model
+                ),
+                "utf-8",
+            )
             path.chmod(0o600)
             wrote_config = True
         existed = (cli.data_dir / DATABASE_FILE).exists()
@@ -107,6 +123,8 @@ def init(
             "folder_created": "main" if report.created_folder else None,
             "route_created": report.route_id,
             "token": token,
+            "provider": detected.provider if detected else None,
+            "provider_reason": detected.reason if detected else None,
         }
 
     result = run(body)
@@ -116,6 +134,9 @@ def init(
     if result["config_created"]:
         stdout.print(f"Wrote {result['config']}")
         stdout.print(f"API token: {result['token']}")
+        stdout.print(f"Provider: {result['provider']} ({result['provider_reason']})")
+        if result["provider"] == "echo":
+            stdout.print(ECHO_HINT, markup=False, highlight=False)
     else:
         stdout.print(f"Kept the existing {result['config']}")
     if result["database_created"]:

@@ -6,6 +6,15 @@ a socket or a clock, or reads configuration: callers pass everything in.
 """
 
 from postroom.core.annotate import RouteAnnotation, annotate_routes, fires_on
+from postroom.core.chunking import chunk_text, limit_for
+from postroom.core.context import (
+    ContextMessage,
+    ToolCall,
+    arrange_history,
+    format_messages_for_sdk,
+    render_system_prompt,
+    system_notices,
+)
 from postroom.core.decision import (
     EMPTY_CHAT,
     Action,
@@ -19,6 +28,7 @@ from postroom.core.decision import (
     ReplyTarget,
     RoutingMessage,
 )
+from postroom.core.display import display_text
 from postroom.core.errors import (
     ConfigError,
     Conflict,
@@ -32,6 +42,7 @@ from postroom.core.errors import (
     TooLarge,
 )
 from postroom.core.folders import ancestors, is_within, parent_of, validate_folder
+from postroom.core.formatting import format_for
 from postroom.core.glob import Pattern, compile_pattern
 from postroom.core.jid import Jid, make_jid, parse_jid, split_jid
 from postroom.core.match import KEYS, MatchExpr, MatchFields, fields_of, parse_match
@@ -48,7 +59,9 @@ from postroom.core.messages import (
 )
 from postroom.core.resolution import resolve
 from postroom.core.route_index import Hit, Route, RouteIndex
+from postroom.core.schedule import Schedule, ScheduleError, parse_schedule
 from postroom.core.steering import Steering, SteeringKind, normalize_topic, parse_steering
+from postroom.core.tags import TagResult, process_tags
 from postroom.core.target import Mode, Target, parse_target, sender_slug
 from postroom.core.trigger import Trigger, effective_verb
 
@@ -63,6 +76,7 @@ __all__ = [
     "CommandKind",
     "ConfigError",
     "Conflict",
+    "ContextMessage",
     "Decision",
     "DropReason",
     "Engagement",
@@ -86,33 +100,47 @@ __all__ = [
     "RouteAnnotation",
     "RouteIndex",
     "RoutingMessage",
+    "Schedule",
+    "ScheduleError",
     "Sender",
     "Steering",
     "SteeringKind",
     "StoredMessage",
+    "TagResult",
     "Target",
     "TargetSyntaxError",
     "TooLarge",
+    "ToolCall",
     "Trigger",
     "Verb",
     "ancestors",
     "annotate_routes",
+    "arrange_history",
+    "chunk_text",
     "compile_pattern",
+    "display_text",
     "effective_verb",
     "fields_of",
     "fires_on",
+    "format_for",
+    "format_messages_for_sdk",
     "is_from_gateway",
     "is_within",
+    "limit_for",
     "make_jid",
     "normalize_topic",
     "parent_of",
     "parse_jid",
     "parse_match",
+    "parse_schedule",
     "parse_steering",
     "parse_target",
+    "process_tags",
+    "render_system_prompt",
     "resolve",
     "sender_slug",
     "split_jid",
+    "system_notices",
     "type_for_sender",
     "validate_folder",
 ]

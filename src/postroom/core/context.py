@@ -18,8 +18,11 @@ from postroom.core.jid import split_jid
 from postroom.core.messages import CONTEXT_TYPES, MessageType, StoredMessage
 
 __all__ = [
+    "SUMMARY_BRIDGE",
     "ContextMessage",
+    "ToolCall",
     "arrange_history",
+    "bridge_summary",
     "chat_kind",
     "format_messages_for_sdk",
     "render_system_prompt",
@@ -30,21 +33,47 @@ _GROUP_ROOMS = ("group/", "guild/", "room/")
 
 
 @dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A model asking to run one of its tools."""
+
+    id: str
+    name: str
+    arguments: Mapping[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "arguments": dict(self.arguments)}
+
+
+@dataclass(frozen=True, slots=True)
 class ContextMessage:
     """One entry of a run's message list, before any provider's own mapping.
 
-    ``role`` is ``user``, ``assistant``, ``system`` or ``tool_result``; ``exit_code`` is set for
-    tool results.
+    Roles from the stored history: ``user``, ``assistant``, ``system`` (a stored system row)
+    and ``tool_result`` (a stored command output, with ``exit_code``). Roles inside one run's
+    tool loop: ``assistant`` with ``tool_calls``, then one ``tool`` message per call with its
+    ``tool_call_id`` (``is_error`` when the tool failed). Providers map each role to their API's
+    convention (a user block labelled ``[system]`` where an API has no such role).
     """
 
     role: str
     content: str
     exit_code: int | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    is_error: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"role": self.role, "content": self.content}
         if self.exit_code is not None:
             out["exit_code"] = self.exit_code
+        if self.tool_calls:
+            out["tool_calls"] = [call.to_dict() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+            out["tool_name"] = self.tool_name
+        if self.is_error:
+            out["is_error"] = True
         return out
 
 
@@ -199,3 +228,15 @@ def render_system_prompt(
     if notices:
         parts.append("\n".join(notices))
     return "\n\n".join(parts)
+
+
+SUMMARY_BRIDGE = "The conversation before this point is summarized in the system prompt."
+
+
+def bridge_summary(messages: list[ContextMessage], *, summarized: bool) -> list[ContextMessage]:
+    """After a compaction the kept window may open with an answer; providers want a history
+    that opens with the other side, so a ``system`` row says where the rest went (rather than
+    dropping the answer, which would leave it in neither the summary nor the messages)."""
+    if summarized and messages and messages[0].role == "assistant":
+        return [ContextMessage("system", SUMMARY_BRIDGE), *messages]
+    return messages

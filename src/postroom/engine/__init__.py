@@ -1,33 +1,69 @@
-"""The engine: ingest, the router service, the route and folder tools.
+"""The engine: ingest, the router service, the turn queue and workers, the outbox and delivery,
+the scheduler, memory and compaction, the route and folder tools.
 
 State lookups and side effects around the pure domain of :mod:`postroom.core`, over a
 :class:`postroom.store.Store`.
 """
 
+from postroom.engine.answer import AnswerWriter
 from postroom.engine.bootstrap import BootstrapReport, bootstrap
 from postroom.engine.catalog import Catalog, CatalogSnapshot
 from postroom.engine.clock import Clock, system_clock
+from postroom.engine.compaction import CompactionSettings, Compactor
+from postroom.engine.context_builder import ContextBuilder, ContextSettings
+from postroom.engine.delivery import DeliveryLoop, DeliverySettings, SinkRouter
+from postroom.engine.feed import MessageFeed
 from postroom.engine.folders import FolderService, FolderSpec, folder_to_dict
+from postroom.engine.history import History
 from postroom.engine.ingest import IngestLimits, Ingestor, IngestResult
+from postroom.engine.memory import MemoryService
 from postroom.engine.notices import host_message, post_notice, store_message_direct
 from postroom.engine.router import Router
 from postroom.engine.routes import RouteService, RouteView
+from postroom.engine.runner import AgentResult, AgentRunner, ProviderRunner
 from postroom.engine.services import Services
+from postroom.engine.signals import EventBus, Signals
+from postroom.engine.tasks import Scheduler, TaskService
+from postroom.engine.tools import ToolFactory
+from postroom.engine.turns import QueueSettings, TurnService
+from postroom.engine.worker import WorkerPool
 
 __all__ = [
+    "AgentResult",
+    "AgentRunner",
+    "AnswerWriter",
     "BootstrapReport",
     "Catalog",
     "CatalogSnapshot",
     "Clock",
+    "CompactionSettings",
+    "Compactor",
+    "ContextBuilder",
+    "ContextSettings",
+    "DeliveryLoop",
+    "DeliverySettings",
+    "EventBus",
     "FolderService",
     "FolderSpec",
+    "History",
     "IngestLimits",
     "IngestResult",
     "Ingestor",
+    "MemoryService",
+    "MessageFeed",
+    "ProviderRunner",
+    "QueueSettings",
     "RouteService",
     "RouteView",
     "Router",
+    "Scheduler",
     "Services",
+    "Signals",
+    "SinkRouter",
+    "TaskService",
+    "ToolFactory",
+    "TurnService",
+    "WorkerPool",
     "bootstrap",
     "folder_to_dict",
     "host_message",

@@ -170,6 +170,9 @@ class DeliveryLoop:
         self._on_sent = on_sent
         self._stopping = asyncio.Event()
         self._limit = asyncio.Semaphore(settings.concurrency)
+        # One round at a time: a row read as due by two overlapping rounds (the loop and a
+        # final round at shutdown) would be sent twice.
+        self._round = asyncio.Lock()
 
     def stop(self) -> None:
         self._stopping.set()
@@ -184,12 +187,13 @@ class DeliveryLoop:
 
     async def deliver_due(self) -> bool:
         """Send one round of due rows (at most one per chat); True if there were any."""
-        async with self._store.read() as tx:
-            due = await tx.due_deliveries(now=self._clock(), limit=self._settings.batch)
-        if not due:
-            return False
-        await asyncio.gather(*(self._send(d) for d in due))
-        return True
+        async with self._round:
+            async with self._store.read() as tx:
+                due = await tx.due_deliveries(now=self._clock(), limit=self._settings.batch)
+            if not due:
+                return False
+            await asyncio.gather(*(self._send(d) for d in due))
+            return True
 
     async def _idle_for(self) -> float:
         async with self._store.read() as tx:

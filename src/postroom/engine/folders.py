@@ -10,13 +10,13 @@ deleted, so nothing a person wrote there is lost.
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from postroom.core.durations import parse_duration
+from postroom.core.durations import format_duration, parse_duration
 from postroom.core.errors import Conflict, InvalidInput, NotFound
 from postroom.core.folders import (
     BusyPolicy,
@@ -196,6 +196,46 @@ class FolderService:
             await self._changed(tx)
         return folder
 
+    async def update_folder(self, path: str, spec: FolderSpec, *, actor: str) -> Folder:
+        """Change the settings given in *spec* (``None`` leaves one as it is)."""
+        validate_folder(path)
+        changes: dict[str, Any] = {}
+        if spec.persona is not None:
+            changes["persona"] = spec.persona
+        if spec.provider is not None:
+            changes["provider"] = spec.provider
+        if spec.model is not None:
+            changes["model"] = spec.model
+        if spec.engagement_ttl is not None:
+            changes["engagement_ttl_s"] = _ttl(spec.engagement_ttl)
+        if spec.busy_policy is not None:
+            changes["busy_policy"] = _choice(BusyPolicy, spec.busy_policy, "busy_policy")
+        if spec.session is not None:
+            changes["session"] = _choice(Session, spec.session, "session")
+        if spec.role is not None:
+            changes["role"] = _choice(Role, spec.role, "role")
+        if spec.tools is not None:
+            changes["tools"] = _tuple(spec.tools, "tools")
+        if spec.mirror is not None:
+            changes["mirror"] = _mirror(_tuple(spec.mirror, "mirror"))
+        if not changes:
+            raise InvalidInput(f"Nothing to change in folder {path}.")
+        async with self._store.write() as tx:
+            current = await tx.get_folder(path)
+            if current is None:
+                raise NotFound(f"There is no folder {path}.")
+            updated = replace(current, **changes)
+            await tx.update_folder(updated)
+            self._write_agent_file(
+                path,
+                updated.persona,
+                _front_matter(updated, _ttl_text(updated.engagement_ttl_s)),
+                overwrite=True,
+            )
+            await self._changed(tx)
+        log.info("folder.updated", folder=path, actor=actor, changed=sorted(changes))
+        return updated
+
     async def remove_folder(self, path: str, *, actor: str) -> Folder:
         """Remove a folder no route and no sub-folder depends on."""
         validate_folder(path)
@@ -245,11 +285,13 @@ class FolderService:
         version = await tx.bump_catalog_version()
         await self._catalog.reload(tx, version)
 
-    def _write_agent_file(self, path: str, persona: str | None, settings: dict[str, Any]) -> None:
+    def _write_agent_file(
+        self, path: str, persona: str | None, settings: dict[str, Any], *, overwrite: bool = False
+    ) -> None:
         directory = self.directory(path)
         directory.mkdir(parents=True, exist_ok=True)
         file = directory / AGENT_FILE
-        if file.exists():
+        if file.exists() and not overwrite:
             return
         text = render_agent_file(persona or "", settings)
         file.write_text(text, "utf-8")
@@ -270,6 +312,10 @@ def _tuple(value: Any, key: str) -> tuple[str, ...] | None:
     if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
         return tuple(value)
     raise InvalidInput(f"{key} must be a list of strings.")
+
+
+def _ttl_text(seconds: int | None) -> str | None:
+    return None if seconds is None else format_duration(seconds)
 
 
 def _mirror(chats: tuple[str, ...] | None) -> tuple[str, ...] | None:

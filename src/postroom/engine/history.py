@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from postroom.core.errors import NotFound
 from postroom.core.messages import StoredMessage
 from postroom.store.protocol import Store
-from postroom.store.records import DeliveryRecord, DropRecord, RouteAuditRecord, RunRecord
+from postroom.store.records import (
+    DeliveryRecord,
+    DropRecord,
+    RouteAuditRecord,
+    RunRecord,
+    UsageRow,
+)
 
 __all__ = ["History"]
 
@@ -49,6 +57,10 @@ class History:
         if record is None:
             raise NotFound(f"There is no run {run_id}.")
         return record
+
+    async def usage(self, *, since: datetime | None = None) -> list[UsageRow]:
+        async with self._store.read() as tx:
+            return await tx.usage_summary(since=since)
 
     async def deliveries(
         self, *, message_id: str | None = None, status: str | None = None, limit: int = 100

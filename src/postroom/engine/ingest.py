@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC
 from typing import Any
 
 import structlog
@@ -125,6 +126,10 @@ class Ingestor:
             size = len(message.content.encode("utf-8"))
         except UnicodeEncodeError:
             raise InvalidInput("The content is not valid UTF-8 text.") from None
+        try:
+            message.timestamp.astimezone(UTC)
+        except OverflowError:
+            raise InvalidInput("The timestamp is out of range once converted to UTC.") from None
         if size > self._limits.content_bytes:
             raise TooLarge(
                 f"The content is {size} bytes; the limit is {self._limits.content_bytes}."

@@ -6,6 +6,7 @@ the same way (§2.1), audited (who, when, before, after) and seen by routing on 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -61,7 +62,7 @@ def parse_seq(value: Any) -> int:
         raise InvalidInput("seq must be an integer, not a boolean.")
     if isinstance(value, int):
         seq = value
-    elif isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+    elif isinstance(value, str) and re.fullmatch(r"[+-]?[0-9]+", value.strip()):
         seq = int(value.strip())
     else:
         raise InvalidInput(f"seq must be an integer, not {value!r}.")

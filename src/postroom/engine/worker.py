@@ -3,8 +3,8 @@
 Each worker claims the most urgent due turn whose conversation has none running, under a lease
 it renews while the model works. The context is built when the run starts (MESSAGES §4), never
 frozen at enqueue time. The turn's commit point is one transaction that stores the run record,
-the ``assistant`` message and its outbox rows, and marks the turn done — so a turn whose answer
-was stored is never run again, and a crash at any other moment only repeats work not yet
+the ``assistant`` message, its traces and outbox rows, and marks the turn done — so a turn whose
+answer was stored is never run again, and a crash at any other moment only repeats work not yet
 committed. A run that fails is retried after ``backoff_base × 2^n``; after the last attempt the
 chat gets a host notice. Workers sleep until an enqueue wakes them (a slow timer is the
 backstop for turns another process queued and for retries coming due).
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import secrets
 import time
 from collections.abc import Sequence
@@ -22,39 +23,27 @@ from datetime import timedelta
 
 import structlog
 
-from postroom.core.context import (
-    arrange_history,
-    format_messages_for_sdk,
-    render_system_prompt,
-    system_notices,
-)
 from postroom.core.folders import FolderDefaults, FolderSettings
-from postroom.core.messages import MessageType, Sender
+from postroom.engine.answer import AnswerWriter
 from postroom.engine.catalog import Catalog
 from postroom.engine.clock import Clock
+from postroom.engine.context_builder import ContextBuilder, ContextSettings
+from postroom.engine.memory import MemoryService
 from postroom.engine.metrics import Metrics, NullMetrics
-from postroom.engine.notices import new_message_id, post_notice
-from postroom.engine.outbox import DeliveryKind, OutboundMessage, plan_deliveries, write_outbox
-from postroom.engine.persona import PersonaSource
-from postroom.engine.runner import AgentRunner
+from postroom.engine.notices import post_notice
+from postroom.engine.runner import AgentResult, AgentRunner
 from postroom.engine.signals import Signals
+from postroom.engine.tools import ToolFactory, TurnToolbox
 from postroom.engine.turns import QueueSettings
-from postroom.llm.base import ModelRequest, ModelResponse, ProviderError
-from postroom.store.protocol import Store, StoreTx
-from postroom.store.records import JobKind, JobRecord, JobStatus, NewMessage, RunRecord
+from postroom.llm.base import ModelRequest, ProviderError
+from postroom.store.protocol import Store
+from postroom.store.records import JobKind, JobRecord, JobStatus, RunRecord
 
 __all__ = ["ContextSettings", "WorkerPool"]
 
 log = structlog.get_logger(__name__)
 
 TYPING_REFRESH_S = 4.0
-
-
-@dataclass(frozen=True, slots=True)
-class ContextSettings:
-    max_messages: int = 200
-    observe_window_messages: int = 20
-    observe_window_chars: int = 8000
 
 
 class _LeaseLost(Exception):
@@ -76,7 +65,7 @@ class _Running:
 
 
 class WorkerPool:
-    """``max_concurrent_turns`` workers over the store's queue."""
+    """Up to ``max_concurrent_turns`` turns at once from the store's queue."""
 
     def __init__(
         self,
@@ -87,28 +76,39 @@ class WorkerPool:
         signals: Signals,
         clock: Clock,
         queue: QueueSettings,
-        context: ContextSettings,
+        context: ContextSettings | ContextBuilder,
         defaults: FolderDefaults,
         owner: str,
         boot_id: str,
         assistant_name: str = "Postroom",
         metrics: Metrics | None = None,
-        personas: PersonaSource | None = None,
+        answers: AnswerWriter | None = None,
+        tools: ToolFactory | None = None,
     ) -> None:
-        self._personas = personas
-        self._metrics = metrics or NullMetrics()
         self._store = store
         self._catalog = catalog
         self._runner = runner
         self._signals = signals
         self._clock = clock
         self._queue = queue
-        self._context = context
+        self._context = (
+            context
+            if isinstance(context, ContextBuilder)
+            else ContextBuilder(store=store, catalog=catalog, clock=clock, settings=context)
+        )
         self._defaults = defaults
         self._owner = owner
         self._boot_id = boot_id
-        self._assistant_name = assistant_name
+        self._metrics = metrics or NullMetrics()
+        self._answers = answers or AnswerWriter(
+            clock=clock,
+            memory=MemoryService(store=store),
+            assistant_name=assistant_name,
+            max_attempts=queue.max_attempts,
+        )
+        self._tools = tools
         self._running: dict[int, _Running] = {}
+        self._slots = asyncio.Semaphore(queue.max_concurrent_turns)
         self._workers: list[asyncio.Task[None]] = []
         self._stopping = False
         signals.on_cancel(self._cancel)
@@ -123,8 +123,7 @@ class WorkerPool:
             requeued = await tx.release_previous_boot(owner=self._owner, boot_id=self._boot_id)
         if requeued:
             log.warning("turns.recovered", job_ids=requeued)
-        for index in range(self._queue.max_concurrent_turns):
-            self._workers.append(asyncio.create_task(self._work(), name=f"worker-{index}"))
+        self._workers.append(asyncio.create_task(self._dispatch(), name="turn-dispatcher"))
         self._workers.append(asyncio.create_task(self._sweep(), name="lease-sweeper"))
         self._signals.turns.wake()
 
@@ -151,24 +150,36 @@ class WorkerPool:
             entry.cancel("cancelled")
 
     # -- the claim loop -------------------------------------------------------------------------
-    async def _work(self) -> None:
+    async def _dispatch(self) -> None:
+        """Claim turns while a slot is free, each run as its own task.
+
+        One claimer, not one per slot: a wake-up then costs one claim, where a worker per
+        slot would each run a write transaction to find the same single turn.
+        """
         while not self._stopping:
-            job = await self._claim()
+            await self._slots.acquire()
+            try:
+                job = await self._claim()
+            except BaseException:
+                self._slots.release()
+                raise
             if job is None:
+                self._slots.release()
                 await self._signals.turns.wait(await self._idle_for())
                 continue
             assert job.lease_token is not None
             entry = _Running(job.lease_token)
             entry.task = asyncio.create_task(self._execute(job, entry), name=f"turn-{job.id}")
             self._running[job.id] = entry
-            try:
-                # wait() neither raises the turn's cancellation here nor cancels the turn when
-                # this worker is stopped: a turn's fate is decided by stop() and cancel hooks.
-                await asyncio.wait([entry.task])
-            finally:
-                # Only our own entry: the same job may have been requeued and claimed again.
-                if entry.task.done() and self._running.get(job.id) is entry:
-                    del self._running[job.id]
+            entry.task.add_done_callback(functools.partial(self._done, job.id, entry))
+
+    def _done(self, job_id: int, entry: _Running, _task: asyncio.Task[None]) -> None:
+        self._slots.release()
+        # Only our own entry: the same job may have been requeued and claimed again.
+        if self._running.get(job_id) is entry:
+            del self._running[job_id]
+        # The conversation's next turn may be claimable now.
+        self._signals.turns.wake()
 
     async def _claim(self) -> JobRecord | None:
         if self._stopping:
@@ -222,10 +233,12 @@ class WorkerPool:
             return int((time.monotonic() - begun) * 1000)
 
         try:
-            request, answer_chat = await self._prepare(job, settings, chats)
-            response = await self._runner.run(request, settings=settings)
+            prepared = await self._context.build(job, settings, chats)
+            request = prepared.request
+            toolbox = self._toolbox(job, settings, chats)
+            result = await self._runner.run(request, settings=settings, toolbox=toolbox)
             await self._succeed(
-                job, token, settings, request, response, answer_chat, chats, elapsed_ms()
+                job, token, settings, result, toolbox, prepared.answer_chat, chats, elapsed_ms()
             )
         except asyncio.CancelledError:
             reason = entry.reason or "cancelled"
@@ -246,118 +259,43 @@ class WorkerPool:
             for chat_jid in chats:
                 self._signals.typing(chat_jid, job.folder, False)
 
-    async def _prepare(
+    def _toolbox(
         self, job: JobRecord, settings: FolderSettings, chats: Sequence[str]
-    ) -> tuple[ModelRequest, str]:
-        now = self._clock()
-        async with self._store.write() as tx:
-            conversation = await tx.get_conversation(job.conversation_id)
-            conversation_chat = conversation.chat_jid if conversation else job.chat_jid
-            if job.kind is JobKind.TURN:
-                # MESSAGES §4: what was observed in these chats joins the conversation now.
-                for chat_jid in chats:
-                    await tx.attach_observed(
-                        job.folder,
-                        chat_jid,
-                        job.conversation_id,
-                        max_messages=self._context.observe_window_messages,
-                        max_chars=self._context.observe_window_chars,
-                    )
-            rows = await tx.conversation_messages(
-                job.conversation_id, limit=self._context.max_messages
-            )
-        history = arrange_history(
-            [row.message for row in rows],
-            turn=job.id,
-            answered_by={
-                (row.message.id, row.message.chat_jid): row.job_id
-                for row in rows
-                if row.job_id is not None
-            },
-            pending={
-                row.job_id
-                for row in rows
-                if row.job_id is not None and row.job_status in ("queued", "running")
-            },
+    ) -> TurnToolbox | None:
+        if self._tools is None:
+            return None
+        return self._tools.toolbox(
+            settings=settings,
+            chats=chats,
+            depth=job.depth,
+            existing_folders=self._catalog.snapshot.paths,
         )
-        answer_chat = conversation_chat or (job.messages[-1][1] if job.messages else job.chat_jid)
-        notices = system_notices(now=now, chat_jid=job.chat_jid, folder=job.folder, topic=job.topic)
-        persona = settings.persona
-        if self._personas is not None:
-            persona = self._personas.persona(job.folder, self._catalog.snapshot.folders, persona)
-        request = ModelRequest(
-            system=render_system_prompt(persona, notices=notices),
-            messages=format_messages_for_sdk(history),
-            model=settings.model,
-        )
-        return request, answer_chat
 
     async def _succeed(
         self,
         job: JobRecord,
         token: str,
         settings: FolderSettings,
-        request: ModelRequest,
-        response: ModelResponse,
+        result: AgentResult,
+        toolbox: TurnToolbox | None,
         answer_chat: str,
         chats: Sequence[str],
         elapsed_ms: int,
     ) -> None:
         now = self._clock()
-        text = response.text
-        answer_id = new_message_id()
         async with self._store.write() as tx:
-            run_id = await tx.insert_run(
-                _run_record(
-                    job,
-                    settings,
-                    request,
-                    self._clock,
-                    response=response,
-                    outcome="ok",
-                    duration_ms=elapsed_ms,
-                )
+            committed = await self._answers.write(
+                tx,
+                job=job,
+                settings=settings,
+                result=result,
+                effects=toolbox.effects if toolbox is not None else None,
+                answer_chat=answer_chat,
+                chats=chats,
+                duration_ms=elapsed_ms,
             )
-            if text.strip():
-                reply_to = job.messages[-1][0] if job.messages else None
-                await tx.insert_message(
-                    NewMessage(
-                        id=answer_id,
-                        chat_jid=answer_chat,
-                        sender=Sender.BOT.value,
-                        sender_name=self._assistant_name,
-                        content=text,
-                        timestamp=now,
-                        message_type=MessageType.ASSISTANT,
-                        is_from_me=True,
-                        metadata={"job_id": job.id, "usage": dict(response.usage)},
-                        topic=job.topic,
-                        reply_to=reply_to,
-                        routed_to=job.folder,
-                        conversation_id=job.conversation_id,
-                        run_id=run_id,
-                    )
-                )
-                await self._write_answer(
-                    tx, job, settings, answer_id, answer_chat, text, reply_to, chats
-                )
-            else:
-                # Silence would look like a lost message: say that the agent had nothing.
-                for chat_jid in chats:
-                    await post_notice(
-                        tx,
-                        chat_jid,
-                        f"the agent returned an empty answer (job {job.id}, run {run_id})",
-                        clock=self._clock,
-                        topic=job.topic,
-                        metadata={"source": "empty_answer", "job_id": job.id},
-                    )
             if not await tx.finish_job(
-                job.id,
-                token,
-                status=JobStatus.DONE,
-                now=now,
-                answer_id=answer_id if text.strip() else None,
+                job.id, token, status=JobStatus.DONE, now=now, answer_id=committed.answer_id
             ):
                 raise _LeaseLost
             if job.task_id is not None:
@@ -366,54 +304,30 @@ class WorkerPool:
         log.info(
             "turn.answered",
             job_id=job.id,
-            run_id=run_id,
-            message_id=answer_id if text.strip() else None,
+            run_id=committed.run_id,
+            message_id=committed.answer_id,
+            calls=result.calls,
             duration_ms=elapsed_ms,
+            delegated=committed.delegated or None,
         )
+        if committed.delegated:
+            self._signals.turns.wake()
         self._signals.deliveries.wake()
         self._signals.stored.wake()
-
-    async def _write_answer(
-        self,
-        tx: StoreTx,
-        job: JobRecord,
-        settings: FolderSettings,
-        answer_id: str,
-        answer_chat: str,
-        text: str,
-        reply_to: str | None,
-        chats: Sequence[str],
-    ) -> None:
-        now = self._clock()
-        outbound = OutboundMessage(
-            message_id=answer_id,
-            message_chat_jid=answer_chat,
-            message_type=MessageType.ASSISTANT.value,
-            content=text,
-            folder=job.folder,
-            topic=job.topic,
-            reply_to=reply_to,
-        )
-        scheduled = job.kind is JobKind.SCHEDULED
-        rows = plan_deliveries(
-            outbound,
-            chats,
-            kind=DeliveryKind.SCHEDULED if scheduled else DeliveryKind.REPLY,
-            now=now,
-            # ROUTING §4: a delivered reply engages its chat; scheduled answers never do.
-            engage=not scheduled,
-        )
-        mirrors = [chat for chat in settings.mirror if chat not in chats]
-        mirror_copy = OutboundMessage(
-            message_id=answer_id,
-            message_chat_jid=answer_chat,
-            message_type=MessageType.ASSISTANT.value,
-            content=text,
-            folder=job.folder,
-            topic=job.topic,
-        )
-        rows += plan_deliveries(mirror_copy, mirrors, kind=DeliveryKind.MIRROR, now=now)
-        await write_outbox(tx, rows)
+        if committed.actions:
+            outcomes = await self._answers.apply_actions(job, committed.actions, chat_jid=chats[0])
+            async with self._store.write() as tx:
+                for outcome in outcomes:
+                    await post_notice(
+                        tx,
+                        chats[0],
+                        outcome,
+                        clock=self._clock,
+                        topic=job.topic,
+                        metadata={"source": "conductor", "job_id": job.id},
+                    )
+            self._signals.deliveries.wake()
+            self._signals.stored.wake()
 
     async def _failed(
         self,
@@ -534,25 +448,20 @@ def _run_record(
     clock: Clock,
     *,
     outcome: str,
-    response: ModelResponse | None = None,
     error: str | None = None,
     duration_ms: int | None = None,
 ) -> RunRecord:
+    """The record of a run that produced no answer (it failed or was cancelled)."""
     record = request.to_record()
     return RunRecord(
         job_id=job.id,
         folder=job.folder,
         conversation_id=job.conversation_id,
         provider=settings.provider,
-        model=response.model if response and response.model else settings.model,
-        account=response.account if response else None,
+        model=settings.model,
         system=record["system"],
         messages=record["messages"],
         tools=record["tools"],
-        output_raw=response.raw if response else None,
-        output=response.text if response else None,
-        usage=dict(response.usage) if response else None,
-        cost=response.cost if response else None,
         duration_ms=duration_ms,
         outcome=outcome,
         error=error,

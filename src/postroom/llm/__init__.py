@@ -1,6 +1,13 @@
 """Model providers behind one :class:`Provider` protocol."""
 
-from postroom.llm.base import ModelRequest, ModelResponse, Provider, ProviderError, RateLimited
+from postroom.llm.base import (
+    ModelRequest,
+    ModelResponse,
+    Provider,
+    ProviderError,
+    RateLimited,
+    ToolSpec,
+)
 from postroom.llm.echo import EchoProvider
 
 __all__ = [
@@ -10,4 +17,5 @@ __all__ = [
     "Provider",
     "ProviderError",
     "RateLimited",
+    "ToolSpec",
 ]

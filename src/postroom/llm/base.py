@@ -1,4 +1,12 @@
-"""The provider seam: one request and response shape for every model API (PIPELINE §4)."""
+"""The provider seam: one request and response shape for every model API (PIPELINE §4).
+
+An adapter turns a :class:`ModelRequest` into its SDK's call and the SDK's answer into a
+:class:`ModelResponse`. It maps roles to its API's conventions (a stored ``system`` row or
+command output becomes a labelled user block where the API has no such role; consecutive
+messages of one role are merged where the API wants alternation). SDK exceptions never leave
+an adapter: they become :class:`ProviderError` — :class:`RateLimited` for HTTP 429/529 and
+"overloaded", with the ``retry-after`` the API gave — chained with ``from exc``.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from postroom.core.context import ContextMessage
+from postroom.core.context import ContextMessage, ToolCall
 from postroom.core.errors import PostroomError
 
 __all__ = [
@@ -15,11 +23,13 @@ __all__ = [
     "Provider",
     "ProviderError",
     "RateLimited",
+    "ToolSpec",
 ]
 
 
 class ProviderError(PostroomError):
-    """A model call failed. ``retryable`` says whether trying the turn again later may help."""
+    """A model call failed. ``retryable`` says whether trying the turn again later may help
+    (a 5xx or a timeout may; a refused key or a malformed request will not)."""
 
     def __init__(self, message: str, *, retryable: bool = True) -> None:
         super().__init__(message)
@@ -27,7 +37,8 @@ class ProviderError(PostroomError):
 
 
 class RateLimited(ProviderError):
-    """The provider refused for now (HTTP 429/529); ``retry_after`` seconds, when it said."""
+    """The provider refused for now (HTTP 429/529, overloaded); ``retry_after`` seconds, when
+    it said (the ``retry-after`` header)."""
 
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message, retryable=True)
@@ -35,26 +46,49 @@ class RateLimited(ProviderError):
 
 
 @dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool the model may call: its name, what it does, and a JSON Schema of its arguments."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "parameters": dict(self.parameters),
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class ModelRequest:
-    """Exactly what a run sends: this is what the run record stores."""
+    """Exactly what one model call sends: this is what the run record stores."""
 
     system: str
     messages: Sequence[ContextMessage]
     model: str | None = None
-    tools: Sequence[Mapping[str, Any]] = ()
+    tools: Sequence[ToolSpec] = ()
+    max_tokens: int = 4096
 
     def to_record(self) -> dict[str, Any]:
         return {
             "system": self.system,
             "messages": [m.to_dict() for m in self.messages],
             "model": self.model,
-            "tools": [dict(t) for t in self.tools],
+            "tools": [t.to_dict() for t in self.tools],
         }
 
 
 @dataclass(frozen=True, slots=True)
 class ModelResponse:
-    """What came back: ``text`` for the user (before tag processing), ``raw`` as received."""
+    """What came back from one call.
+
+    ``text`` is the answer's text (before tag processing); ``raw`` the provider's answer as
+    received (the JSON body, or the concatenated stream) for the run record; ``tool_calls``
+    the tools the model asked for (empty for a final answer); ``usage`` has ``input_tokens``
+    and ``output_tokens``; ``account`` names the key used (never the key itself).
+    """
 
     text: str
     raw: str
@@ -62,11 +96,20 @@ class ModelResponse:
     account: str | None = None
     usage: Mapping[str, int] = field(default_factory=dict)
     cost: float | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    stop_reason: str | None = None
 
 
 class Provider(Protocol):
-    """One model API. Adapters translate SDK errors into :class:`ProviderError`."""
+    """One model API reached with one account."""
 
     name: str
 
-    async def complete(self, request: ModelRequest) -> ModelResponse: ...
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """One model call. Raises :class:`ProviderError` (or :class:`RateLimited`)."""
+        ...
+
+    async def check(self) -> str:
+        """The cheapest call that proves the account works (for ``postroom doctor``): returns
+        a short description, or raises :class:`ProviderError` saying what is wrong."""
+        ...

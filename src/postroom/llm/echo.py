@@ -17,6 +17,8 @@ def render_for_echo(message: ContextMessage) -> str:
         return f"[system] {message.content}"
     if message.role == "tool_result":
         return f"[command output, exit {message.exit_code or 0}] {message.content}"
+    if message.role == "tool":
+        return f"[tool {message.tool_name or ''} result] {message.content}"
     return message.content
 
 
@@ -43,4 +45,8 @@ class EchoProvider:
             model="echo",
             usage={"input_tokens": 0, "output_tokens": 0},
             cost=0.0,
+            stop_reason="end_turn",
         )
+
+    async def check(self) -> str:
+        return "echo answers with the new input (no model configured)"

@@ -18,11 +18,13 @@ from postroom.core.decision import ChatState, ReplyTarget
 from postroom.core.folders import Folder
 from postroom.core.messages import StoredMessage
 from postroom.store.records import (
+    CompactionRecord,
     ConversationRecord,
     DeliveryRecord,
     DropRecord,
     JobRecord,
     JobStatus,
+    MemoryFact,
     NewDelivery,
     NewJob,
     NewMessage,
@@ -31,6 +33,7 @@ from postroom.store.records import (
     RouteSpec,
     RunRecord,
     TaskRecord,
+    UsageRow,
 )
 
 __all__ = ["PriorOutcome", "Store", "StoreTx", "TurnRow"]
@@ -94,6 +97,10 @@ class StoreTx(Protocol):
     async def insert_folder(self, folder: Folder) -> None: ...
 
     async def delete_folder(self, path: str) -> None: ...
+
+    async def update_folder(self, folder: Folder) -> None:
+        """Replace a folder's settings (its path, parent and creation stay)."""
+        ...
 
     # -- chats ----------------------------------------------------------------------------
     async def chat_state(self, chat_jid: str) -> ChatState:
@@ -184,6 +191,14 @@ class StoreTx(Protocol):
         ...
 
     async def set_platform_id(self, message_id: str, chat_jid: str, platform_id: str) -> None: ...
+
+    async def get_message(self, message_id: str, chat_jid: str) -> StoredMessage | None: ...
+
+    async def update_message(
+        self, message_id: str, chat_jid: str, *, content: str, metadata: Mapping[str, Any]
+    ) -> None:
+        """Replace a message's content and metadata (enrichment: a voice note's transcript)."""
+        ...
 
     # -- conversations and the turn queue ------------------------------------------------------
     async def current_conversation(
@@ -288,6 +303,60 @@ class StoreTx(Protocol):
     async def list_deliveries(
         self, *, message_id: str | None = None, status: str | None = None, limit: int = 100
     ) -> list[DeliveryRecord]: ...
+
+    # -- memory, state, compactions, usage ------------------------------------------------------
+    async def insert_fact(
+        self,
+        folder: str,
+        category: str,
+        fact: str,
+        *,
+        normalized: str,
+        now: datetime,
+        run_id: int | None = None,
+    ) -> int: ...
+
+    async def normalized_facts(self, folder: str) -> list[str]:
+        """The normalized text of every fact of a folder (to spot near-duplicates)."""
+        ...
+
+    async def list_facts(
+        self, folder: str, *, category: str | None = None, limit: int = 100
+    ) -> list[MemoryFact]: ...
+
+    async def search_facts(self, folder: str, query: str, *, limit: int) -> list[MemoryFact]:
+        """Full-text search of a folder's facts, best match first."""
+        ...
+
+    async def set_state(self, folder: str, key: str, value: str, *, now: datetime) -> None:
+        """Upsert a state entry; an empty value removes it."""
+        ...
+
+    async def get_state(self, folder: str) -> dict[str, str]: ...
+
+    async def uncompacted_messages(self, conversation_id: int) -> list[StoredMessage]:
+        """Every context row of a conversation not yet compacted, in ``seq`` order."""
+        ...
+
+    async def insert_compaction(
+        self,
+        conversation_id: int,
+        *,
+        summary: str,
+        up_to_seq: int,
+        messages_before: int,
+        messages_after: int,
+        tokens_saved: int,
+        now: datetime,
+    ) -> int:
+        """Store a summary and mark the rows it covers compacted (marked, never deleted)."""
+        ...
+
+    async def latest_compaction(self, conversation_id: int) -> CompactionRecord | None: ...
+
+    async def usage_summary(self, *, since: datetime | None = None) -> list[UsageRow]:
+        """Runs, tokens and cost per day, folder and model (PIPELINE §4)."""
+        ...
 
     # -- runs and tasks ---------------------------------------------------------------------------
     async def insert_run(self, run: RunRecord) -> int: ...

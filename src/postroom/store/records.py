@@ -11,12 +11,14 @@ from typing import Any
 from postroom.core.messages import MessageType, Verb
 
 __all__ = [
+    "CompactionRecord",
     "ConversationRecord",
     "DeliveryRecord",
     "DropRecord",
     "JobKind",
     "JobRecord",
     "JobStatus",
+    "MemoryFact",
     "NewDelivery",
     "NewJob",
     "NewMessage",
@@ -25,6 +27,7 @@ __all__ = [
     "RouteSpec",
     "RunRecord",
     "TaskRecord",
+    "UsageRow",
 ]
 
 
@@ -138,6 +141,8 @@ class NewJob:
     created_at: datetime
     kind: JobKind = JobKind.TURN
     task_id: int | None = None
+    #: How many delegations led here (0 for a turn a message fired).
+    depth: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +171,7 @@ class JobRecord:
     finished_at: datetime | None
     #: The inbound messages this turn answers, as ``(id, chat_jid)``.
     messages: tuple[tuple[str, str], ...] = ()
+    depth: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +242,8 @@ class RunRecord:
     error: str | None = None
     finished_at: datetime | None = None
     id: int | None = None
+    #: ``turn``, or the housekeeping call it was: ``memory_flush``, ``summary``.
+    purpose: str = "turn"
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,3 +262,38 @@ class TaskRecord:
     last_status: str | None
     created_at: datetime
     created_by: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryFact:
+    id: int
+    folder: str
+    category: str
+    fact: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionRecord:
+    id: int
+    conversation_id: int
+    summary: str
+    up_to_seq: int
+    messages_before: int
+    messages_after: int
+    tokens_saved: int
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    """Runs, tokens and cost of one folder and model on one day (UTC)."""
+
+    day: str
+    folder: str
+    provider: str
+    model: str | None
+    runs: int
+    input_tokens: int
+    output_tokens: int
+    cost: float

@@ -55,9 +55,16 @@ class WebChat:
     """Routes of the web chat surface, over the engine's services."""
 
     def __init__(
-        self, *, services: Services, token: str, secret: bytes, assistant_name: str
+        self,
+        *,
+        services: Services,
+        token: str,
+        secret: bytes,
+        assistant_name: str,
+        setup_hint: str | None = None,
     ) -> None:
         self._services = services
+        self._setup_hint = setup_hint
         self._token = token
         self._secret = secret
         self._assistant = assistant_name
@@ -160,6 +167,11 @@ class WebChat:
             await websocket.send_json(
                 {"type": "history", "messages": [message_to_dict(m) for m in history]}
             )
+            if self._setup_hint:
+                # Not stored: a hint for whoever opens the page, until a model is configured.
+                await websocket.send_json(
+                    {"type": "message", "message": self._notice(visitor, self._setup_hint)}
+                )
             async with asyncio.TaskGroup() as group:
                 reader = group.create_task(self._read(websocket, visitor))
                 writer = group.create_task(self._write(websocket, subscription, last_seq))
@@ -184,6 +196,25 @@ class WebChat:
                 await websocket.send_json({"type": "message", "message": self._delivered(event)})
             else:
                 await websocket.send_json({"type": "typing", **event.data})
+
+    def _notice(self, visitor: _Visitor, text: str) -> dict[str, Any]:
+        return {
+            "id": "setup-hint",
+            "chat_jid": visitor.chat_jid,
+            "seq": 0,
+            "sender": "host",
+            "sender_name": "host",
+            "content": text,
+            "timestamp": self._services.clock().isoformat(),
+            "message_type": "host",
+            "verb": "message",
+            "topic": "",
+            "reply_to": None,
+            "routed_to": None,
+            "observed": False,
+            "run_id": None,
+            "metadata": {"source": "setup"},
+        }
 
     def _delivered(self, event: Event) -> dict[str, Any]:
         data = event.data

@@ -55,9 +55,7 @@ class CatalogStatements(Statements):
         return int(row[0])
 
     async def delete_routes(self, route_ids: Iterable[int]) -> None:
-        await self._conn.executemany(
-            "DELETE FROM routes WHERE id = ?", [(rid,) for rid in route_ids]
-        )
+        await self._many("DELETE FROM routes WHERE id = ?", [(rid,) for rid in route_ids])
 
     async def add_route_audit(
         self,
@@ -129,6 +127,24 @@ class CatalogStatements(Statements):
                 int(folder.inherits),
                 to_iso(folder.created_at) if folder.created_at else to_iso(datetime.now(UTC)),
                 folder.created_by,
+            ),
+        )
+
+    async def update_folder(self, folder: Folder) -> None:
+        await self._run(
+            "UPDATE folders SET persona = ?, provider = ?, model = ?, engagement_ttl_s = ?, "
+            "busy_policy = ?, session = ?, role = ?, tools = ?, mirror = ? WHERE path = ?",
+            (
+                folder.persona,
+                folder.provider,
+                folder.model,
+                folder.engagement_ttl_s,
+                _enum(folder.busy_policy),
+                _enum(folder.session),
+                _enum(folder.role),
+                None if folder.tools is None else dump_json(list(folder.tools)),
+                None if folder.mirror is None else dump_json(list(folder.mirror)),
+                folder.path,
             ),
         )
 

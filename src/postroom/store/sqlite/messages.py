@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from postroom.core.decision import ReplyTarget
@@ -178,6 +179,21 @@ class MessageStatements(Statements):
             ((message_id, chat_jid) for message_id in left),
         )
         return len(taken)
+
+    async def get_message(self, message_id: str, chat_jid: str) -> StoredMessage | None:
+        row = await self._one(
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = ? AND chat_jid = ?",
+            (message_id, chat_jid),
+        )
+        return None if row is None else message_from_row(row)
+
+    async def update_message(
+        self, message_id: str, chat_jid: str, *, content: str, metadata: Mapping[str, Any]
+    ) -> None:
+        await self._run(
+            "UPDATE messages SET content = ?, metadata = ? WHERE id = ? AND chat_jid = ?",
+            (content, dump_json(dict(metadata)), message_id, chat_jid),
+        )
 
     async def set_platform_id(self, message_id: str, chat_jid: str, platform_id: str) -> None:
         await self._run(

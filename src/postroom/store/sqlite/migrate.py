@@ -10,9 +10,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
 
-import aiosqlite
-
 from postroom.core.errors import PostroomError
+from postroom.store.sqlite.base import Connection
 from postroom.store.sqlite.codec import to_iso
 
 __all__ = ["Migration", "SchemaTooNew", "apply_migrations", "available_migrations"]
@@ -65,11 +64,11 @@ def available_migrations() -> list[Migration]:
     return found
 
 
-async def apply_migrations(conn: aiosqlite.Connection) -> int:
+async def apply_migrations(conn: Connection) -> int:
     """Bring the schema up to date; return the resulting version."""
     migrations = available_migrations()
     latest = migrations[-1].version if migrations else 0
-    await conn.execute(
+    await conn.run(
         "CREATE TABLE IF NOT EXISTS schema_migrations ("
         "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
     )
@@ -82,26 +81,26 @@ async def apply_migrations(conn: aiosqlite.Connection) -> int:
     for migration in migrations:
         if migration.version <= current:
             continue
-        await conn.execute("BEGIN IMMEDIATE")
+        await conn.run("BEGIN IMMEDIATE")
         try:
             # Another process may have applied it while we waited for the lock.
             if await _current_version(conn) >= migration.version:
-                await conn.execute("ROLLBACK")
+                await conn.run("ROLLBACK")
                 continue
             for statement in migration.statements():
-                await conn.execute(statement)
-            await conn.execute(
+                await conn.run(statement)
+            await conn.run(
                 "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
                 (migration.version, migration.name, to_iso(datetime.now(UTC))),
             )
-            await conn.execute("COMMIT")
+            await conn.run("COMMIT")
         except BaseException:
-            await conn.execute("ROLLBACK")
+            await conn.run("ROLLBACK")
             raise
     return await _current_version(conn)
 
 
-async def _current_version(conn: aiosqlite.Connection) -> int:
-    rows = list(await conn.execute_fetchall("SELECT MAX(version) FROM schema_migrations"))
+async def _current_version(conn: Connection) -> int:
+    rows = await conn.fetchall("SELECT MAX(version) FROM schema_migrations")
     value = rows[0][0] if rows else None
     return int(value) if value is not None else 0

@@ -22,7 +22,7 @@ __all__ = ["QueueStatements"]
 _JOB_COLUMNS = (
     "id, conversation_id, folder, chat_jid, topic, kind, task_id, priority, status, attempts, "
     "max_attempts, run_at, lease_until, lease_owner, lease_token, last_error, answer_id, "
-    "created_at, started_at, finished_at"
+    "created_at, started_at, finished_at, depth"
 )
 
 
@@ -38,8 +38,8 @@ class QueueStatements(Statements):
     async def insert_job(self, job: NewJob) -> int:
         row = await self._one(
             "INSERT INTO jobs (conversation_id, folder, chat_jid, topic, kind, task_id, "
-            "priority, max_attempts, run_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-            "RETURNING id",
+            "priority, max_attempts, run_at, created_at, depth) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
             (
                 job.conversation_id,
                 job.folder,
@@ -51,6 +51,7 @@ class QueueStatements(Statements):
                 job.max_attempts,
                 to_iso(job.run_at),
                 to_iso(job.created_at),
+                job.depth,
             ),
         )
         return int(row[0])
@@ -77,7 +78,10 @@ class QueueStatements(Statements):
             "UPDATE jobs SET status = 'running', lease_until = ?, lease_owner = ?, "
             "lease_token = ?, boot_id = ?, started_at = ? "
             "WHERE id = ("
-            "  SELECT q.id FROM jobs q WHERE q.status = 'queued' AND q.run_at <= ? "
+            # INDEXED BY: walk the queue in claim order and stop at the first claimable
+            # turn; left to itself the planner sorts every queued row on each claim.
+            "  SELECT q.id FROM jobs q INDEXED BY idx_jobs_queued "
+            "  WHERE q.status = 'queued' AND q.run_at <= ? "
             "  AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.conversation_id = q.conversation_id "
             "                  AND r.status = 'running') "
             "  ORDER BY q.priority, q.id LIMIT 1"
@@ -269,4 +273,5 @@ def _job(row: Any) -> JobRecord:
         created_at=from_iso(row[17]),
         started_at=_opt_time(row[18]),
         finished_at=_opt_time(row[19]),
+        depth=row[20],
     )

@@ -13,7 +13,8 @@ __all__ = ["RunStatements"]
 
 _RUN_COLUMNS = (
     "id, job_id, folder, conversation_id, provider, model, account, system, messages, tools, "
-    "output_raw, output, usage, cost, duration_ms, outcome, error, started_at, finished_at"
+    "output_raw, output, usage, cost, duration_ms, outcome, error, started_at, finished_at, "
+    "purpose"
 )
 _TASK_COLUMNS = (
     "id, folder, chat_jid, schedule, tz, prompt, enabled, next_run, last_run, last_status, "
@@ -27,8 +28,8 @@ class RunStatements(Statements):
         row = await self._one(
             "INSERT INTO runs (job_id, folder, conversation_id, provider, model, account, system, "
             "messages, tools, output_raw, output, usage, cost, duration_ms, outcome, error, "
-            "started_at, finished_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            "started_at, finished_at, purpose) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
             (
                 run.job_id,
                 run.folder,
@@ -48,6 +49,7 @@ class RunStatements(Statements):
                 run.error,
                 to_iso(run.started_at),
                 None if run.finished_at is None else to_iso(run.finished_at),
+                run.purpose,
             ),
         )
         return int(row[0])
@@ -76,6 +78,7 @@ class RunStatements(Statements):
             error=row[16],
             started_at=from_iso(row[17]),
             finished_at=from_iso(row[18]) if row[18] else None,
+            purpose=row[19],
         )
 
     async def insert_task(self, task: TaskRecord) -> int:

@@ -1,10 +1,11 @@
 """The SQLite store: one file, WAL, ``synchronous=NORMAL``, foreign keys on.
 
-Two connections: one for writes, serialized by an asyncio lock and opened with ``BEGIN
-IMMEDIATE`` (so a transaction that will write takes the database lock up front instead of
-failing to upgrade later when another process — the CLI — writes at the same time), and one
-for reads, which in WAL mode never wait for the writer. Statements are raw SQL, grouped by what
-they touch in the modules this class combines.
+Three connections (see ``base`` for why two of them run on the event loop's thread): one for
+writes, serialized by an asyncio lock and opened with ``BEGIN IMMEDIATE`` (so a transaction
+that will write takes the database lock up front instead of failing to upgrade later when
+another process — the CLI — writes at the same time); one for reads, which in WAL mode never
+wait for the writer; and one on a worker thread for migrations and WAL checkpoints. Statements
+are raw SQL, grouped by what they touch in the modules this class combines.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import aiosqlite
-
 from postroom.store.protocol import StoreTx
+from postroom.store.sqlite.base import InlineConnection, ThreadedConnection
 from postroom.store.sqlite.catalog import CatalogStatements
 from postroom.store.sqlite.chats import ChatStatements
+from postroom.store.sqlite.memory import MemoryStatements
 from postroom.store.sqlite.messages import MessageStatements
 from postroom.store.sqlite.migrate import apply_migrations
 from postroom.store.sqlite.outbox import OutboxStatements
@@ -27,17 +28,10 @@ from postroom.store.sqlite.runs import RunStatements
 
 __all__ = ["SqliteStore", "SqliteTx"]
 
-BUSY_TIMEOUT_MS = 10_000
-
-
-async def _connect(path: Path) -> aiosqlite.Connection:
-    # isolation_level=None: transactions are begun and ended explicitly, never implicitly.
-    conn = await aiosqlite.connect(path, isolation_level=None)
-    await conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    await conn.execute("PRAGMA journal_mode = WAL")
-    await conn.execute("PRAGMA synchronous = NORMAL")
-    await conn.execute("PRAGMA foreign_keys = ON")
-    return conn
+#: A read in WAL mode waits only while another connection recovers the log: rare and short.
+READ_BUSY_TIMEOUT_MS = 1_000
+#: Commits between two WAL checkpoints (SQLite's own default is about every 1,000 pages).
+CHECKPOINT_EVERY = 500
 
 
 class SqliteTx(
@@ -47,6 +41,7 @@ class SqliteTx(
     QueueStatements,
     OutboxStatements,
     RunStatements,
+    MemoryStatements,
     StoreTx,
 ):
     """Every statement postroom runs, on the connection of one transaction."""
@@ -56,14 +51,22 @@ class SqliteStore:
     """A :class:`~postroom.store.protocol.Store` in one SQLite file."""
 
     def __init__(
-        self, *, path: Path, writer: aiosqlite.Connection, reader: aiosqlite.Connection
+        self,
+        *,
+        path: Path,
+        writer: InlineConnection,
+        reader: InlineConnection,
+        maintenance: ThreadedConnection,
     ) -> None:
         self.path = path
         self._writer = writer
         self._reader = reader
+        self._maintenance = maintenance
         self._write_lock = asyncio.Lock()
         self._read_lock = asyncio.Lock()
         self._closed = False
+        self._commits = 0
+        self._checkpoint: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(
@@ -75,16 +78,19 @@ class SqliteStore:
         migrations): a debugging aid, and how tests count transactions.
         """
         path = Path(path)
-        writer = await _connect(path)
+        # Migrations run on the maintenance connection's thread: waiting for another process's
+        # lock there never stalls the event loop.
+        maintenance = await ThreadedConnection.open(path)
         try:
-            await apply_migrations(writer)
-            if trace is not None:
-                await writer.set_trace_callback(trace)
-            reader = await _connect(path)
+            await apply_migrations(maintenance)
+            writer = InlineConnection.open(path)
+            reader = InlineConnection.open(path, busy_timeout_ms=READ_BUSY_TIMEOUT_MS)
         except BaseException:
-            await writer.close()
+            await maintenance.close()
             raise
-        return cls(path=path, writer=writer, reader=reader)
+        if trace is not None:
+            writer.set_trace_callback(trace)
+        return cls(path=path, writer=writer, reader=reader, maintenance=maintenance)
 
     async def __aenter__(self) -> SqliteStore:
         return self
@@ -96,7 +102,10 @@ class SqliteStore:
         if self._closed:
             return
         self._closed = True
+        if self._checkpoint is not None:
+            await self._checkpoint
         async with self._write_lock, self._read_lock:
+            await self._maintenance.close()
             await self._reader.close()
             await self._writer.close()
 
@@ -108,20 +117,32 @@ class SqliteStore:
     async def write(self) -> AsyncIterator[SqliteTx]:
         self._check_open()
         async with self._write_lock:
-            await self._writer.execute("BEGIN IMMEDIATE")
+            await self._writer.begin()
             try:
                 yield SqliteTx(self._writer)
             except BaseException:
-                await self._writer.execute("ROLLBACK")
+                await self._writer.run("ROLLBACK")
                 raise
-            await self._writer.execute("COMMIT")
+            await self._writer.run("COMMIT")
+            self._commits += 1
+            if self._commits >= CHECKPOINT_EVERY and self._checkpoint is None:
+                self._commits = 0
+                self._checkpoint = asyncio.create_task(self._run_checkpoint())
+
+    async def _run_checkpoint(self) -> None:
+        """Copy the WAL back into the database on the maintenance thread (see ``base``)."""
+        try:
+            if not self._closed:
+                await self._maintenance.fetchall("PRAGMA wal_checkpoint(PASSIVE)")
+        finally:
+            self._checkpoint = None
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[SqliteTx]:
         self._check_open()
         async with self._read_lock:
-            await self._reader.execute("BEGIN")
+            await self._reader.run("BEGIN")
             try:
                 yield SqliteTx(self._reader)
             finally:
-                await self._reader.execute("ROLLBACK")
+                await self._reader.run("ROLLBACK")

@@ -1,0 +1,115 @@
+"""Running the enabled channel adapters: build them from ``[channels.<name>]``, route their
+platforms' deliveries to them, start and stop them, pass typing signals, report their state.
+
+An adapter package exposes ``build(section: Mapping[str, Any]) -> BaseChannel``, which
+validates its own configuration (unknown keys are errors naming the key). Adapters and their
+SDKs are imported only when enabled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+import structlog
+from starlette.routing import BaseRoute
+
+from postroom.channels.base import BaseChannel, ChannelContext
+from postroom.config import Config
+from postroom.core.errors import ConfigError
+from postroom.core.jid import split_jid
+from postroom.engine.delivery import SinkRouter
+from postroom.engine.signals import Signals
+
+__all__ = ["ADAPTERS", "ChannelHost", "build_channels", "enabled_channels"]
+
+log = structlog.get_logger(__name__)
+
+#: Adapter packages by channel name; ``http`` (outbound webhooks) and ``web`` are built in.
+ADAPTERS: Mapping[str, str] = {
+    "telegram": "postroom.channels.telegram",
+    "discord": "postroom.channels.discord",
+    "slack": "postroom.channels.slack",
+    "whatsapp": "postroom.channels.whatsapp",
+    "email": "postroom.channels.email",
+    "matrix": "postroom.channels.matrix",
+    "mastodon": "postroom.channels.mastodon",
+    "hook": "postroom.channels.hook",
+}
+
+
+def enabled_channels(config: Config) -> list[str]:
+    """The names of the adapters whose section says ``enabled = true`` (the hook channel
+    whenever it has a section), without importing any SDK."""
+    return [
+        name
+        for name, section in sorted(config.channels.items())
+        if name in ADAPTERS
+        and isinstance(section, Mapping)
+        and section.get("enabled", name == "hook")
+    ]
+
+
+def build_channels(config: Config) -> list[BaseChannel]:
+    """The enabled adapters, each validated."""
+    channels: list[BaseChannel] = []
+    for name in enabled_channels(config):
+        section = config.channels[name]
+        module = importlib.import_module(ADAPTERS[name])
+        try:
+            channels.append(module.build({k: v for k, v in section.items() if k != "enabled"}))
+        except ConfigError as exc:
+            raise ConfigError(f"[channels.{name}]: {exc}") from exc
+    return channels
+
+
+class ChannelHost:
+    def __init__(self, channels: list[BaseChannel], *, signals: Signals, sinks: SinkRouter) -> None:
+        self.channels = channels
+        self._signals = signals
+        self._by_platform: dict[str, BaseChannel] = {}
+        for channel in channels:
+            for platform in channel.platforms:
+                self._by_platform[platform] = channel
+                sinks.register(platform, channel)
+        self._typing: asyncio.Task[None] | None = None
+
+    def routes(self) -> list[BaseRoute]:
+        return [route for channel in self.channels for route in channel.routes()]
+
+    async def start(self, context: ChannelContext) -> None:
+        for channel in self.channels:
+            try:
+                await channel.start(context)
+            except Exception as exc:  # one broken adapter must not keep the others down
+                log.error("channel.start_failed", channel=channel.name, error=str(exc))
+        if self._by_platform:
+            self._typing = asyncio.create_task(self._relay_typing(), name="channel-typing")
+
+    async def stop(self) -> None:
+        if self._typing is not None:
+            self._typing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._typing
+        for channel in self.channels:
+            try:
+                await channel.stop()
+            except Exception as exc:  # keep stopping the rest
+                log.warning("channel.stop_failed", channel=channel.name, error=str(exc))
+
+    def status(self) -> list[dict[str, Any]]:
+        return [channel.status().to_dict() for channel in self.channels]
+
+    async def _relay_typing(self) -> None:
+        subscription = self._signals.bus.subscribe(accept=lambda e: e.kind == "typing")
+        try:
+            async for event in subscription:
+                chat_jid = str(event.data.get("chat_jid", ""))
+                channel = self._by_platform.get(split_jid(chat_jid)[0])
+                if channel is not None:
+                    await channel.typing(chat_jid, bool(event.data.get("active")))
+        finally:
+            subscription.close()

@@ -1,0 +1,20 @@
+"""Slack: Events API or Socket Mode in, ``chat.postMessage`` out (slack-sdk).
+
+``[channels.slack]``: ``bot_token`` (xoxb-…, required), ``signing_secret`` (Events API) or
+``app_token`` (xapp-…, Socket Mode), ``mode``, ``base_url``, ``reply_in_thread``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from postroom.channels.slack.channel import EVENTS_PATH, SlackChannel
+from postroom.channels.slack.config import SlackConfig, parse_config
+
+__all__ = ["EVENTS_PATH", "SlackChannel", "SlackConfig", "build"]
+
+
+def build(section: Mapping[str, Any]) -> SlackChannel:
+    """The Slack adapter for ``[channels.slack]``; a ConfigError names a bad key."""
+    return SlackChannel(parse_config(section))

@@ -1,0 +1,73 @@
+"""``postroom channels``: each enabled adapter's state, last event and last error.
+
+The states live in the running server, so the command asks it (``GET /api/v1/channels``);
+without a server it lists the enabled adapters as not running.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from postroom.app.channels import enabled_channels
+from postroom.app.server_client import ServerUnavailable, get_json, server_url
+from postroom.cli.common import context, print_json, stdout, user_errors
+
+__all__ = ["channels"]
+
+
+def channels(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Each channel adapter's state (connected, last event, last error)."""
+    cli = context(ctx)
+    with user_errors():
+        config = cli.config()
+    running = True
+    try:
+        rows: list[dict[str, Any]] = list(get_json(config, "/api/v1/channels")["channels"])
+    except (ServerUnavailable, KeyError, TypeError):
+        running = False
+        rows = [
+            {
+                "name": name,
+                "state": "not running",
+                "detail": "",
+                "last_event_at": None,
+                "last_error": None,
+                "last_error_at": None,
+            }
+            for name in enabled_channels(config)
+        ]
+    if as_json:
+        print_json({"server": server_url(config), "running": running, "channels": rows})
+        return
+    if not running:
+        stdout.print(f"postroom serve is not running at {server_url(config)}.", style="yellow")
+    if not rows:
+        stdout.print(
+            "No channel adapter is enabled: add a [channels.<name>] section with enabled = true "
+            "(see the README). The web chat and the HTTP API are always on.",
+            markup=False,
+        )
+        return
+    table = Table("channel", "state", "last event", "last error")
+    styles = {"connected": "green", "error": "red", "not running": "dim"}
+    for row in rows:
+        error = row.get("last_error") or ""
+        if error and row.get("last_error_at"):
+            error = f"{error} ({row['last_error_at']})"
+        state = row.get("state", "?")
+        detail = f" — {row['detail']}" if row.get("detail") else ""
+        # Platform error texts are data: Text, never markup.
+        table.add_row(
+            Text(str(row.get("name"))),
+            Text(state, style=styles.get(state, "yellow")) + Text(detail),
+            Text(str(row.get("last_event_at") or "·")),
+            Text(error or "·"),
+        )
+    stdout.print(table)

@@ -1,0 +1,96 @@
+"""``postroom usage`` and ``postroom doctor``."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Annotated
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from postroom.app.doctor import Check, run_doctor
+from postroom.cli.common import context, print_json, run, services_for, stdout
+from postroom.store.records import UsageRow
+
+__all__ = ["doctor", "usage"]
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
+
+
+def usage(
+    ctx: typer.Context,
+    days: Annotated[int, typer.Option(min=1, max=3650, help="How far back (days).")] = 30,
+    as_json: JsonOption = False,
+) -> None:
+    """Tokens and cost per day, folder and model."""
+    cli = context(ctx)
+    since = datetime.now(UTC) - timedelta(days=days)
+
+    async def body() -> list[UsageRow]:
+        async with services_for(cli) as services:
+            return await services.history.usage(since=since)
+
+    rows = run(body)
+    if as_json:
+        print_json(
+            [
+                {
+                    "day": r.day,
+                    "folder": r.folder,
+                    "provider": r.provider,
+                    "model": r.model,
+                    "runs": r.runs,
+                    "input_tokens": r.input_tokens,
+                    "output_tokens": r.output_tokens,
+                    "cost": round(r.cost, 6),
+                }
+                for r in rows
+            ]
+        )
+        return
+    if not rows:
+        stdout.print("No runs in that period.", style="dim")
+        return
+    table = Table("day", "folder", "provider", "model", "runs", "in", "out", "cost (USD)")
+    for r in rows:
+        table.add_row(
+            r.day,
+            r.folder,
+            r.provider,
+            r.model or "·",
+            str(r.runs),
+            f"{r.input_tokens:,}",
+            f"{r.output_tokens:,}",
+            f"{r.cost:.4f}",
+        )
+    total = sum(r.cost for r in rows)
+    stdout.print(table)
+    stdout.print(f"Total: {sum(r.runs for r in rows)} runs, ${total:.4f}")
+
+
+def doctor(ctx: typer.Context, as_json: JsonOption = False) -> None:
+    """Check the configuration, database, routes, providers and server; say what to fix."""
+    cli = context(ctx)
+
+    async def body() -> list[Check]:
+        return await run_doctor(cli.data_dir, cli.config())
+
+    checks = run(body)
+    if as_json:
+        print_json([c.to_dict() for c in checks])
+    else:
+        for check in checks:
+            mark, style = (
+                ("✓", "green")
+                if check.ok
+                else ("!", "yellow")
+                if check.warning
+                else (
+                    "✗",
+                    "red",
+                )
+            )
+            stdout.print(Text(f"{mark} {check.name}: ", style=style) + Text(check.detail))
+    if any(not c.ok and not c.warning for c in checks):
+        raise typer.Exit(1)
