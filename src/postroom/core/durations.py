@@ -1,11 +1,15 @@
-"""Durations as people write them: ``90s``, ``30m``, ``2h``, ``0``."""
+"""Durations as people write them (``90s``, ``30m``, ``2h``, ``0``) and as APIs ask for a pause
+(``retry-after``)."""
 
 from __future__ import annotations
 
+import math
 import re
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 
-__all__ = ["format_duration", "parse_duration"]
+__all__ = ["format_duration", "parse_duration", "parse_retry_after"]
 
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -39,3 +43,30 @@ def format_duration(seconds: float) -> str:
         if seconds % size == 0:
             return f"{int(seconds // size)}{unit}"
     return f"{seconds:g}s"
+
+
+def parse_retry_after(
+    value: str | None, *, now: datetime, millis: str | None = None
+) -> float | None:
+    """Seconds an API asked us to wait: a ``retry-after`` value (delta-seconds or an HTTP
+    date, relative to *now*), else a ``retry-after-ms`` value; ``None`` when neither says."""
+    if value and value.strip():
+        text = value.strip()
+        try:
+            seconds = float(text)
+        except ValueError:
+            try:
+                when = parsedate_to_datetime(text)
+            except (TypeError, ValueError):
+                return None
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=UTC)
+            seconds = (when - now).total_seconds()
+        return max(seconds, 0.0) if math.isfinite(seconds) else None
+    if millis and millis.strip():
+        try:
+            milliseconds = float(millis)
+        except ValueError:
+            return None
+        return max(milliseconds / 1000, 0.0) if math.isfinite(milliseconds) else None
+    return None

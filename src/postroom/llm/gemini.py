@@ -29,7 +29,6 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
@@ -39,6 +38,7 @@ from google.genai import errors as genai_errors
 from google.genai import types as genai_types
 
 from postroom.core.context import ContextMessage, ToolCall
+from postroom.core.durations import parse_retry_after
 from postroom.llm.base import ModelRequest, ModelResponse, ProviderError, RateLimited, ToolSpec
 from postroom.llm.echo import render_for_echo
 
@@ -352,7 +352,7 @@ def _retry_after(exc: genai_errors.APIError) -> float | None:
     headers = getattr(exc.response, "headers", None)
     header = headers.get("retry-after") if headers is not None else None
     if isinstance(header, str) and header.strip():
-        seconds = _header_seconds(header.strip())
+        seconds = parse_retry_after(header, now=datetime.now(UTC))
         if seconds is not None:
             return seconds
     for detail in _error_details(exc):
@@ -361,18 +361,3 @@ def _retry_after(exc: genai_errors.APIError) -> float | None:
             if match:
                 return float(match.group(1))
     return None
-
-
-def _header_seconds(value: str) -> float | None:
-    """A ``retry-after`` value: delta-seconds or an HTTP date."""
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())

@@ -25,13 +25,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextvars import ContextVar
 from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
 import ollama
 
 from postroom.core.context import ContextMessage, ToolCall
+from postroom.core.durations import parse_retry_after
 from postroom.llm.base import ModelRequest, ModelResponse, ProviderError, RateLimited, ToolSpec
 from postroom.llm.echo import render_for_echo
 
@@ -169,7 +169,9 @@ class OllamaProvider:
         if status == 429 or (status == 503 and ("busy" in lowered or "overload" in lowered)):
             return RateLimited(
                 f"{where} is rate-limiting account {self.account!r} (HTTP {status}): {text}",
-                retry_after=_header_seconds(retry_after[-1]) if retry_after else None,
+                retry_after=parse_retry_after(retry_after[-1], now=datetime.now(UTC))
+                if retry_after
+                else None,
             )
         if status == 404 and "model" in lowered:
             return ProviderError(
@@ -251,18 +253,3 @@ def _tool(spec: ToolSpec) -> dict[str, Any]:
 def _same_model(listed: str, wanted: str) -> bool:
     """``llama3.2`` is ``llama3.2:latest`` in Ollama's listing."""
     return listed == wanted or (":" not in wanted and listed == f"{wanted}:latest")
-
-
-def _header_seconds(value: str) -> float | None:
-    """A ``retry-after`` value: delta-seconds or an HTTP date."""
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())

@@ -19,10 +19,8 @@ SDK exceptions never leave this module: they become :class:`ProviderError` or
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 from typing import Any, Literal
 
 import httpx2
@@ -40,6 +38,7 @@ from openai.types.chat import (
 )
 
 from postroom.core.context import ContextMessage, ToolCall
+from postroom.core.durations import parse_retry_after
 from postroom.llm.base import ModelRequest, ModelResponse, ProviderError, RateLimited, ToolSpec
 
 __all__ = ["OpenAIProvider"]
@@ -175,7 +174,11 @@ class OpenAIProvider:
             if status in (429, 529):
                 return RateLimited(
                     f"{label}: rate limited (HTTP {status})",
-                    retry_after=_retry_after(exc.response.headers),
+                    retry_after=parse_retry_after(
+                        exc.response.headers.get("retry-after"),
+                        now=datetime.now(UTC),
+                        millis=exc.response.headers.get("retry-after-ms"),
+                    ),
                 )
             if status in (401, 403):
                 # OpenAI's own message quotes part of the key: it is left out.
@@ -358,30 +361,4 @@ def _error_code(body: object) -> str | None:
     """``code`` of an error object (a stream's error event carries the object itself)."""
     if isinstance(body, dict) and body.get("code") is not None:
         return str(body["code"])
-    return None
-
-
-def _retry_after(headers: httpx2.Headers) -> float | None:
-    """Seconds the API asked us to wait: ``retry-after`` (seconds or an HTTP date), else
-    ``retry-after-ms``."""
-    value = headers.get("retry-after")
-    if value:
-        try:
-            seconds = float(value)
-        except ValueError:
-            try:
-                when = parsedate_to_datetime(value)
-            except (TypeError, ValueError):
-                return None
-            if when.tzinfo is None:
-                when = when.replace(tzinfo=UTC)
-            seconds = (when - datetime.now(UTC)).total_seconds()
-        return max(seconds, 0.0) if math.isfinite(seconds) else None
-    value = headers.get("retry-after-ms")
-    if value:
-        try:
-            millis = float(value)
-        except ValueError:
-            return None
-        return max(millis / 1000, 0.0) if math.isfinite(millis) else None
     return None
