@@ -1,5 +1,6 @@
 """What the Slack and WhatsApp adapter tests share: a uvicorn server in the test's event loop,
-a real engine over SQLite (ingest and the delivery loop, no workers), and a real gateway.
+a real engine over SQLite (ingest and the delivery loop, no workers). A whole gateway is
+``channel_gateway``'s.
 
 The adapters' ``receive`` hands messages to the engine's real ingest; the harness records each
 :class:`IngestResult` so a test can read the routing decision (verb, layer) ingest returned.
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -19,10 +19,9 @@ from typing import Any
 import uvicorn
 from starlette.types import ASGIApp
 
-from postroom.app.gateway import Gateway
 from postroom.channels.base import BaseChannel, ChannelContext
 from postroom.channels.http import EventStreamSink
-from postroom.config import DATABASE_FILE, initial_config_text, load_config
+from postroom.config import DATABASE_FILE
 from postroom.core import InboundMessage, MessageType, Trigger
 from postroom.core.folders import FolderDefaults
 from postroom.engine import IngestLimits, Services
@@ -186,47 +185,6 @@ async def open_engine(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Engine]
         yield Engine(services, clock)
     finally:
         await services.close()
-
-
-def _write_config(data_dir: Path, channel_toml: str) -> None:
-    data_dir.mkdir(parents=True, exist_ok=True)
-    text = initial_config_text(token=secrets.token_urlsafe(16), provider="echo")
-    (data_dir / "postroom.toml").write_text(text + "\n" + channel_toml, "utf-8")
-
-
-@contextlib.asynccontextmanager
-async def running_gateway(data_dir: Path, channel_toml: str) -> AsyncIterator[tuple[Gateway, str]]:
-    """A real gateway over a fresh data directory (as ``postroom init`` leaves it, echo provider)
-    with *channel_toml* appended to its postroom.toml; yield it and its base URL."""
-    _write_config(data_dir, channel_toml)
-    config = load_config(data_dir, {})
-    services = await Services.open_sqlite(
-        data_dir / DATABASE_FILE,
-        folders_dir=data_dir / "folders",
-        trigger=config.trigger(),
-        defaults=config.folder_defaults(),
-        limits=IngestLimits(),
-    )
-    try:
-        await bootstrap(services, actor="test")
-    finally:
-        await services.close()
-    gateway = await Gateway.build(data_dir, config)
-    ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-    task = asyncio.create_task(
-        gateway.run(host="127.0.0.1", port=0, on_ready=lambda _h, port: ready.set_result(port)),
-        name="gateway",
-    )
-    try:
-        async with asyncio.timeout(15):
-            done, _ = await asyncio.wait({ready, task}, return_when=asyncio.FIRST_COMPLETED)
-        if task in done:
-            await task
-        yield gateway, f"http://127.0.0.1:{ready.result()}"
-    finally:
-        gateway.request_stop()
-        async with asyncio.timeout(20):
-            await task
 
 
 def texts(calls: Sequence[dict[str, Any]], key: str = "text") -> list[str]:

@@ -18,8 +18,8 @@ from postroom.core import InboundMessage
 from postroom.core.errors import ConfigError
 from postroom.engine.ingest import IngestResult
 
-from channel_gateway import stored_rows
-from fake_engine_slack_whatsapp import Engine, eventually, open_engine, running_gateway, serve
+from channel_gateway import configure, init_data_dir, running_gateway, stored_rows
+from fake_engine_slack_whatsapp import Engine, eventually, open_engine, serve
 from fake_slack import (
     APP_TOKEN,
     BOT_TOKEN,
@@ -134,7 +134,9 @@ bot_token = "{BOT_TOKEN}"
 signing_secret = "{SIGNING_SECRET}"
 base_url = "{fake.base_url}/api/"
 """
-    async with running_gateway(tmp_path / "data", section) as (_gateway, url):
+    data = await asyncio.to_thread(init_data_dir, tmp_path / "data")
+    configure(data, section)
+    async with running_gateway(data) as (_gateway, url):
         payload = event_callback(message_event("echo me, please", ts="1712348000.000001"))
         body, headers = signed(payload, timestamp=int(time.time()))
         async with httpx.AsyncClient(base_url=url) as client:

@@ -366,3 +366,28 @@ class Sink:
             self._server.should_exit = True
         if self._thread is not None:
             self._thread.join(10)
+
+
+# -- the HTTP API from a test's event loop (the loop may also serve fakes) ---------------------
+
+
+def api_client(server: ServerProcess) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        base_url=server.url,
+        headers={"Authorization": f"Bearer {server.token}"},
+        timeout=httpx.Timeout(15.0),
+    )
+
+
+async def get_ok(http: httpx.AsyncClient, path: str, **params: Any) -> Any:
+    """``GET`` *path*; its JSON, asserting a 200."""
+    response = await http.get(path, params=params)
+    assert response.status_code == 200, (path, response.status_code, response.text)
+    return response.json()
+
+
+async def list_jobs(http: httpx.AsyncClient, status: str | None = None) -> list[dict[str, Any]]:
+    params: dict[str, Any] = {"limit": 1000}
+    if status is not None:
+        params["status"] = status
+    return list((await get_ok(http, "/api/v1/jobs", **params))["jobs"])

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from e2e_harness import Delivery, ServerProcess, Sink
+from e2e_harness import Delivery, ServerProcess, Sink, api_client, get_ok, list_jobs
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -45,29 +45,8 @@ def _plan() -> list[dict[str, Any]]:
     ]
 
 
-def _client(server: ServerProcess) -> httpx.AsyncClient:
-    return httpx.AsyncClient(
-        base_url=server.url,
-        headers={"Authorization": f"Bearer {server.token}"},
-        timeout=httpx.Timeout(15.0),
-    )
-
-
-async def _get(http: httpx.AsyncClient, path: str, **params: Any) -> Any:
-    response = await http.get(path, params=params)
-    assert response.status_code == 200, (path, response.status_code, response.text)
-    return response.json()
-
-
-async def _jobs(http: httpx.AsyncClient, status: str | None = None) -> list[dict[str, Any]]:
-    params: dict[str, Any] = {"limit": 1000}
-    if status is not None:
-        params["status"] = status
-    return list((await _get(http, "/api/v1/jobs", **params))["jobs"])
-
-
 async def _messages(http: httpx.AsyncClient, chat_jid: str) -> list[dict[str, Any]]:
-    return list((await _get(http, "/api/v1/messages", chat_jid=chat_jid, limit=1000))["messages"])
+    return list((await get_ok(http, "/api/v1/messages", chat_jid=chat_jid, limit=1000))["messages"])
 
 
 async def test_sigkill_while_turns_run_loses_nothing_and_answers_once(
@@ -86,7 +65,7 @@ async def test_sigkill_while_turns_run_loses_nothing_and_answers_once(
     rng = random.Random(7)
 
     # -- phase 1: concurrent posts, SIGKILL once about half were acknowledged -------------------
-    async with _client(server) as http:
+    async with api_client(server) as http:
 
         async def poster() -> None:
             while True:
@@ -110,7 +89,7 @@ async def test_sigkill_while_turns_run_loses_nothing_and_answers_once(
             await asyncio.wait_for(half_acked.wait(), timeout=30)
             running: list[dict[str, Any]] = []
             for _ in range(200):  # the turns take 50 ms each: one is running almost always
-                running = await _jobs(http, "running")
+                running = await list_jobs(http, "running")
                 if running:
                     break
                 await asyncio.sleep(0.01)
@@ -128,7 +107,7 @@ async def test_sigkill_while_turns_run_loses_nothing_and_answers_once(
 
     # -- phase 2: restart on the same data, re-post the unknown ones, post the rest --------------
     server.start()
-    async with _client(server) as http:
+    async with api_client(server) as http:
         for message_id in unknown:
             response = await http.post("/api/v1/messages", json=by_id[message_id])
             assert response.status_code == 200, (message_id, response.text, server.stderr())
@@ -153,7 +132,7 @@ async def test_sigkill_while_turns_run_loses_nothing_and_answers_once(
         loop = asyncio.get_running_loop()
         deadline = loop.time() + QUIET_TIMEOUT_S
         while True:
-            active = [j for j in await _jobs(http) if j["status"] in ("queued", "running")]
+            active = [j for j in await list_jobs(http) if j["status"] in ("queued", "running")]
             rows = {chat: await _messages(http, chat) for chat in CHATS}
             answers = [m for chat in CHATS for m in rows[chat] if m["message_type"] == "assistant"]
             delivered = {d.body["id"] for d in sink.received}
@@ -168,7 +147,7 @@ async def test_sigkill_while_turns_run_loses_nothing_and_answers_once(
                 )
             await asyncio.sleep(0.1)
 
-        jobs = await _jobs(http)
+        jobs = await list_jobs(http)
         rows = {chat: await _messages(http, chat) for chat in CHATS}
 
     problems = _verify(

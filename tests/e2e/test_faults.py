@@ -27,7 +27,7 @@ import pytest
 
 from postroom.engine.delivery import DeliverySettings
 
-from e2e_harness import Delivery, ServerProcess, Sink
+from e2e_harness import Delivery, ServerProcess, Sink, api_client, get_ok, list_jobs
 from fake_openai import Call, FlakyChatCompletions, fault_statuses, serve_app
 
 StartServer = Callable[..., ServerProcess]
@@ -39,30 +39,9 @@ QUIET_TIMEOUT_S = 45.0
 # -- helpers over the HTTP API (async: the test's loop also serves the fakes) ---------------------
 
 
-def _client(server: ServerProcess) -> httpx.AsyncClient:
-    return httpx.AsyncClient(
-        base_url=server.url,
-        headers={"Authorization": f"Bearer {server.token}"},
-        timeout=httpx.Timeout(15.0),
-    )
-
-
-async def _get(http: httpx.AsyncClient, path: str, **params: Any) -> Any:
-    response = await http.get(path, params=params)
-    assert response.status_code == 200, (path, response.status_code, response.text)
-    return response.json()
-
-
-async def _jobs(http: httpx.AsyncClient, status: str | None = None) -> list[dict[str, Any]]:
-    params: dict[str, Any] = {"limit": 1000}
-    if status is not None:
-        params["status"] = status
-    return list((await _get(http, "/api/v1/jobs", **params))["jobs"])
-
-
 async def _rows(http: httpx.AsyncClient, chats: list[str]) -> dict[str, list[dict[str, Any]]]:
     return {
-        chat: list((await _get(http, "/api/v1/messages", chat_jid=chat, limit=1000))["messages"])
+        chat: list((await get_ok(http, "/api/v1/messages", chat_jid=chat, limit=1000))["messages"])
         for chat in chats
     }
 
@@ -88,7 +67,7 @@ async def _wait_quiet(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + QUIET_TIMEOUT_S
     while True:
-        active = [j for j in await _jobs(http) if j["status"] in ("queued", "running")]
+        active = [j for j in await list_jobs(http) if j["status"] in ("queued", "running")]
         rows = await _rows(http, chats)
         outbound = [
             m for chat in chats for m in rows[chat] if m["message_type"] in ("assistant", "host")
@@ -260,7 +239,7 @@ async def test_repeated_sigkill_under_load_loses_nothing_and_answers_once(
     server = start_server(env)
     for kill_after, pause in zip(kill_after_acks, kill_pauses, strict=True):
         killed, enough = asyncio.Event(), asyncio.Event()
-        async with _client(server) as http:
+        async with api_client(server) as http:
             await load.repost_unknown(http, server)
 
             async def killer(
@@ -273,7 +252,7 @@ async def test_repeated_sigkill_under_load_loses_nothing_and_answers_once(
                 if len(load.acked) < kill_after:
                     await asyncio.wait_for(enough.wait(), timeout=30)
                 await asyncio.sleep(pause)
-                running_at_kill.append([j["id"] for j in await _jobs(http, "running")])
+                running_at_kill.append([j["id"] for j in await list_jobs(http, "running")])
                 killed.set()
                 await asyncio.to_thread(server.kill)
 
@@ -287,7 +266,7 @@ async def test_repeated_sigkill_under_load_loses_nothing_and_answers_once(
         marks.append(len(sink.received))
         await asyncio.to_thread(server.start)
 
-    async with _client(server) as http:
+    async with api_client(server) as http:
         await load.repost_unknown(http, server)
         never = asyncio.Event()
         await asyncio.gather(*(load.post(http, killed=never) for _ in range(POSTERS)))
@@ -302,7 +281,7 @@ async def test_repeated_sigkill_under_load_loses_nothing_and_answers_once(
             assert (again["duplicate"], again["seq"]) == (True, load.acked[message["id"]]), again
 
         await _wait_quiet(http, server, sink, KILL_CHATS)
-        jobs = await _jobs(http)
+        jobs = await list_jobs(http)
         rows = await _rows(http, KILL_CHATS)
 
     problems = _verify_kills(
@@ -430,7 +409,7 @@ async def test_flaky_provider_answers_or_reports_every_message(
         server = await asyncio.to_thread(start_server, env)
         pending = list(plan)
         acked: dict[str, int] = {}
-        async with _client(server) as http:
+        async with api_client(server) as http:
 
             async def poster() -> None:
                 while pending:
@@ -442,7 +421,7 @@ async def test_flaky_provider_answers_or_reports_every_message(
 
             await asyncio.gather(*(poster() for _ in range(4)))
             await _wait_quiet(http, server, sink, FLAKY_CHATS)
-            jobs = await _jobs(http)
+            jobs = await list_jobs(http)
             rows = await _rows(http, FLAKY_CHATS)
 
     statuses = fake.status_counts()
