@@ -14,7 +14,7 @@ from typing import Any
 from postroom.app.channels import build_channels
 from postroom.app.detect import ECHO_HINT
 from postroom.app.providers import build_providers, close_providers
-from postroom.app.server_client import ServerUnavailable, get_json, is_healthy, server_url
+from postroom.app.server_client import ServerUnavailable, configured_url, get_json, is_healthy
 from postroom.config import CONFIG_FILE, DATABASE_FILE, Config
 from postroom.core.errors import PostroomError
 from postroom.core.folders import effective_settings
@@ -164,7 +164,7 @@ def _missing_hint(name: str) -> str:
 
 
 def _server_check(config: Config) -> Check:
-    url = server_url(config)
+    url = configured_url(config)
     if not is_healthy(config):
         return Check("server", False, f"postroom serve is not running at {url}", warning=True)
     cooldowns = _cooldowns(config)

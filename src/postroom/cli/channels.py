@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from postroom.app.channels import enabled_channels
-from postroom.app.server_client import ServerUnavailable, get_json, server_url
+from postroom.app.server_client import ServerUnavailable, configured_url, get_json
 from postroom.cli.common import context, print_json, stdout, user_errors
 
 __all__ = ["channels"]
@@ -44,10 +44,10 @@ def channels(
             for name in enabled_channels(config)
         ]
     if as_json:
-        print_json({"server": server_url(config), "running": running, "channels": rows})
+        print_json({"server": configured_url(config), "running": running, "channels": rows})
         return
     if not running:
-        stdout.print(f"postroom serve is not running at {server_url(config)}.", style="yellow")
+        stdout.print(f"postroom serve is not running at {configured_url(config)}.", style="yellow")
     if not rows:
         stdout.print(
             "No channel adapter is enabled: add a [channels.<name>] section with enabled = true "

@@ -7,13 +7,13 @@ instead of a full-screen error.
 
 from __future__ import annotations
 
-import ipaddress
 from typing import TYPE_CHECKING, Annotated
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import typer
 
+from postroom.app.server_client import configured_url, server_url
 from postroom.cli.common import config_path, context, fail, run, user_errors
 from postroom.core.errors import PostroomError
 
@@ -23,19 +23,6 @@ if TYPE_CHECKING:
 __all__ = ["chat", "exit_status", "probe", "server_url"]
 
 PROBE_TIMEOUT_S = 5.0
-
-
-def server_url(host: str, port: int) -> str:
-    """The address to reach a server bound to *host*: a wildcard bind is reached on loopback."""
-    if host in ("", "0.0.0.0"):
-        host = "127.0.0.1"
-    elif host == "::":
-        host = "::1"
-    try:
-        literal = ipaddress.ip_address(host)
-    except ValueError:
-        return f"http://{host}:{port}"
-    return f"http://[{host}]:{port}" if literal.version == 6 else f"http://{host}:{port}"
 
 
 def _http_url(url: str) -> str:
@@ -100,7 +87,7 @@ def chat(
     cli = context(ctx)
     with user_errors():
         config = cli.config()
-        base = url or server_url(config.server.host, config.server.port)
+        base = url or configured_url(config)
         token = config.api.token
         where = f"[api] token in {config_path(cli)} or POSTROOM_API_TOKEN"
     folders = run(lambda: probe(base, token, where=where))
