@@ -310,8 +310,7 @@ async def api(data_dir: Path) -> AsyncIterator[Api]:
             ) as client:
                 yield Api(gateway=gateway, client=client, token=token, data_dir=data_dir)
         finally:
-            await gateway.client.aclose()
-            await gateway.services.close()
+            await gateway.close()
 
 
 @pytest.fixture

@@ -191,8 +191,7 @@ def answer_queued_turns(data: Path) -> None:
                     await asyncio.sleep(0.02)
         finally:
             await gateway.workers.stop()
-            await gateway.client.aclose()
-            await gateway.services.close()
+            await gateway.close()
 
     with logging_kept():
         configure_logging(level="warning", stream=sys.stderr)

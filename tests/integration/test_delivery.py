@@ -21,7 +21,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import uvicorn
 from starlette.applications import Starlette
@@ -29,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from postroom.channels.http import EventStreamSink, WebhookSink, sign_body
+from postroom.channels.http import EventStreamSink, WebhookSession, WebhookSink, sign_body
 from postroom.core import Action, Layer, MessageType
 from postroom.core.chunking import limit_for
 from postroom.core.decision import Engagement
@@ -796,9 +795,10 @@ async def receiver() -> AsyncIterator[tuple[Receiver, str]]:
 
 
 @pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(trust_env=False, timeout=10) as client:
-        yield client
+async def http() -> AsyncIterator[WebhookSession]:
+    session = WebhookSession()
+    yield session
+    await session.close()
 
 
 def free_port() -> int:
@@ -813,7 +813,7 @@ async def test_webhook_body_idempotency_key_and_signature(
     clock: FakeClock,
     sink: RecordingSink,
     receiver: tuple[Receiver, str],
-    http: httpx.AsyncClient,
+    http: WebhookSession,
 ) -> None:
     state, url = receiver
     secret = "s3cret-ü"
@@ -864,7 +864,7 @@ async def test_webhook_retries_honour_retry_after_and_backoff(
     clock: FakeClock,
     sink: RecordingSink,
     receiver: tuple[Receiver, str],
-    http: httpx.AsyncClient,
+    http: WebhookSession,
 ) -> None:
     state, url = receiver
     loop = make_loop(
@@ -912,7 +912,7 @@ async def test_webhook_retries_honour_retry_after_and_backoff(
 
 
 async def test_an_unreachable_webhook_is_retried(
-    services: Services, clock: FakeClock, sink: RecordingSink, http: httpx.AsyncClient
+    services: Services, clock: FakeClock, sink: RecordingSink, http: WebhookSession
 ) -> None:
     url = f"http://127.0.0.1:{free_port()}/hook"
     loop = make_loop(

@@ -465,8 +465,7 @@ def harness(initialized: Path, tmp_path: Path) -> Iterator[Harness]:
 
             async def close() -> None:
                 await client.aclose()
-                await gateway.client.aclose()
-                await gateway.services.close()
+                await gateway.close()
 
             loop.run(close())
 

@@ -104,7 +104,7 @@ class ChannelHost:
         return [channel.status().to_dict() for channel in self.channels]
 
     async def _relay_typing(self) -> None:
-        subscription = self._signals.bus.subscribe(accept=lambda e: e.kind == "typing")
+        subscription = self._signals.bus.subscribe(kinds=frozenset({"typing"}))
         try:
             async for event in subscription:
                 chat_jid = str(event.data.get("chat_jid", ""))

@@ -20,9 +20,8 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import structlog
 import uvicorn
 from fastapi import FastAPI
@@ -34,7 +33,7 @@ from postroom.app.detect import ECHO_HINT
 from postroom.app.metrics import PrometheusMetrics
 from postroom.app.providers import build_providers, close_providers
 from postroom.channels.base import ChannelContext
-from postroom.channels.http import EventStreamSink, WebhookSink
+from postroom.channels.http import EventStreamSink, WebhookSession, WebhookSink
 from postroom.config import CONFIG_FILE, DATABASE_FILE, Config
 from postroom.core.errors import ConfigError, PostroomError
 from postroom.core.folders import FolderSettings
@@ -58,12 +57,14 @@ from postroom.llm.accounts import AccountPool
 from postroom.llm.base import ModelRequest, ModelResponse, Provider
 from postroom.llm.models import ModelInfo, ModelTable
 from postroom.llm.tokenizer import TokenCounter
-from postroom.llm.transcriber import HttpTranscriber
 from postroom.store.sqlite import SqliteStore
 from postroom.web.chat import WebChat
 from postroom.web.tui_socket import TuiSocket
 
 __all__ = ["Gateway", "check_bind", "serve"]
+
+if TYPE_CHECKING:
+    from postroom.llm.transcriber import HttpTranscriber
 
 log = structlog.get_logger(__name__)
 
@@ -85,12 +86,21 @@ def check_bind(host: str, token: str) -> None:
         )
 
 
-def _transcriber(config: Config, client: httpx.AsyncClient) -> HttpTranscriber | None:
+def _transcriber(config: Config) -> HttpTranscriber | None:
+    """The voice-note transcriber, when one is configured; httpx is imported only then (it
+    and its dependencies are a tenth of a second of start-up)."""
     section = config.transcriber
     if not section.base_url or not section.model:
         return None
+    import httpx
+
+    from postroom.llm.transcriber import HttpTranscriber
+
     return HttpTranscriber(
-        base_url=section.base_url, model=section.model, api_key=section.api_key, client=client
+        base_url=section.base_url,
+        model=section.model,
+        api_key=section.api_key,
+        client=httpx.AsyncClient(timeout=httpx.Timeout(10.0)),
     )
 
 
@@ -137,7 +147,9 @@ class Gateway:
     scheduler: Scheduler
     feed: MessageFeed
     http: FastAPI
-    client: httpx.AsyncClient
+    transcriber: HttpTranscriber | None
+    #: The HTTP session of the outbound webhooks; None when no platform has one.
+    webhooks: WebhookSession | None
     metrics: PrometheusMetrics
     channels: ChannelHost
     providers: Mapping[str, Provider] = field(default_factory=dict)
@@ -177,18 +189,20 @@ class Gateway:
         )
         async with store.read() as tx:
             await services.catalog.reload(tx)
-        client = httpx.AsyncClient(timeout=httpx.Timeout(10.0))
+        transcriber = _transcriber(config)
+        webhooks: WebhookSession | None = None
         sinks = SinkRouter(fallback=EventStreamSink())
         channels = ChannelHost(build_channels(config), signals=signals, sinks=sinks)
         for platform, section in config.channels.get("http", {}).items():
             if not isinstance(section, dict) or not section.get("outbound_url"):
                 continue
+            webhooks = webhooks or WebhookSession()
             sinks.register(
                 platform,
                 WebhookSink(
                     url=str(section["outbound_url"]),
                     secret=str(section["secret"]) if section.get("secret") else None,
-                    client=client,
+                    client=webhooks,
                 ),
             )
         tasks = services.tasks
@@ -237,7 +251,7 @@ class Gateway:
                 personas=PersonaSource(data_dir / "folders"),
                 memory=memory,
                 compactor=compactor,
-                enricher=Enricher(store=store, transcribe=_transcriber(config, client)),
+                enricher=Enricher(store=store, transcribe=transcriber),
             ),
             defaults=services.defaults,
             owner=_owner_id(data_dir),
@@ -337,7 +351,8 @@ class Gateway:
             scheduler=scheduler,
             feed=feed,
             http=http,
-            client=client,
+            transcriber=transcriber,
+            webhooks=webhooks,
             metrics=metrics,
             channels=channels,
             providers=providers,
@@ -407,6 +422,8 @@ class Gateway:
         log.info("serve.ready", host=host, port=port, pid=os.getpid())
         if on_ready is not None:
             on_ready(host, port)
+        if self.webhooks is not None:
+            self.webhooks.preload()
         waiter = asyncio.create_task(stop.wait(), name="stop-signal")
         await asyncio.wait({waiter, serving}, return_when=asyncio.FIRST_COMPLETED)
         log.info("serve.stopping")
@@ -424,10 +441,17 @@ class Gateway:
         with contextlib.suppress(Exception):
             await serving
         waiter.cancel()
-        await self.client.aclose()
+        await self.close()
+        log.info("serve.stopped")
+
+    async def close(self) -> None:
+        """Release what :meth:`build` opened: HTTP clients, provider clients, the store."""
+        if self.transcriber is not None:
+            await self.transcriber.aclose()
+        if self.webhooks is not None:
+            await self.webhooks.close()
         await close_providers(self.providers)
         await self.services.close()
-        log.info("serve.stopped")
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -456,5 +480,5 @@ async def serve(
     try:
         await gateway.run(host=host, port=port, on_ready=on_ready)
     except BaseException:
-        await gateway.services.close()
+        await gateway.close()
         raise

@@ -49,6 +49,11 @@ class MessageFeed:
 
     async def publish_new(self) -> int:
         async with self._store.read() as tx:
+            # Checked inside the read, with no suspension before the query: a subscriber that
+            # arrives after this check reads its history after these messages were stored.
+            if not self._signals.bus.wants("message"):
+                self._cursor = max(self._cursor, await tx.last_seq())
+                return 0
             batch = await tx.get_messages_since(None, self._cursor, limit=500)
         for message in batch:
             self._signals.bus.publish("message", message_to_dict(message))

@@ -53,13 +53,23 @@ class Subscription:
     """One subscriber's queue. A subscriber that falls too far behind is closed (it re-reads
     the history to catch up), so a slow client can never hold memory or the publisher."""
 
-    def __init__(self, bus: EventBus, maxsize: int, accept: Callable[[Event], bool] | None) -> None:
+    def __init__(
+        self,
+        bus: EventBus,
+        maxsize: int,
+        accept: Callable[[Event], bool] | None,
+        kinds: frozenset[str] | None,
+    ) -> None:
         self._bus = bus
+        #: The event kinds this subscriber takes at all (``None``: every kind).
+        self.kinds = kinds
         self._queue: asyncio.Queue[Event | None] = asyncio.Queue(maxsize)
         self._accept = accept
         self.lagged = False
 
     def offer(self, event: Event) -> None:
+        if self.kinds is not None and event.kind not in self.kinds:
+            return
         if self._accept is not None and not self._accept(event):
             return
         try:
@@ -93,9 +103,14 @@ class EventBus:
         self._subscribers: set[Subscription] = set()
 
     def subscribe(
-        self, *, maxsize: int = 1000, accept: Callable[[Event], bool] | None = None
+        self,
+        *,
+        maxsize: int = 1000,
+        accept: Callable[[Event], bool] | None = None,
+        kinds: frozenset[str] | None = None,
     ) -> Subscription:
-        subscription = Subscription(self, maxsize, accept)
+        """*kinds* names the only event kinds wanted (``None``: all); *accept* filters further."""
+        subscription = Subscription(self, maxsize, accept, kinds)
         self._subscribers.add(subscription)
         return subscription
 
@@ -106,6 +121,10 @@ class EventBus:
         event = Event(kind, data)
         for subscription in list(self._subscribers):
             subscription.offer(event)
+
+    def wants(self, kind: str) -> bool:
+        """Whether any subscriber takes events of *kind* (else they need not be built)."""
+        return any(s.kinds is None or kind in s.kinds for s in self._subscribers)
 
     @property
     def subscriber_count(self) -> int:

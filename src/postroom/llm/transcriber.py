@@ -29,6 +29,9 @@ class HttpTranscriber:
         self._key = api_key
         self._client = client
 
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
     async def __call__(self, audio: bytes, mime: str) -> str:
         extension = _EXTENSIONS.get(mime.split(";")[0].strip(), "ogg")
         headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}

@@ -167,6 +167,10 @@ class StoreTx(Protocol):
         """Messages with ``seq > since_seq`` (of one chat, or of every chat), oldest first."""
         ...
 
+    async def last_seq(self) -> int:
+        """The highest ``seq`` stored (0 when there is no message)."""
+        ...
+
     async def conversation_messages(self, conversation_id: int, *, limit: int) -> list[TurnRow]:
         """The newest *limit* rows of a conversation that may enter a context (MESSAGES §4:
         user, assistant, system and tool_result rows; not compacted; not commands), oldest

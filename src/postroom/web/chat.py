@@ -148,7 +148,9 @@ class WebChat:
             return visitor.operator or own
 
         # Subscribe before reading the history, so nothing falls between the two.
-        subscription = bus.subscribe(accept=wanted)
+        subscription = bus.subscribe(
+            accept=wanted, kinds=frozenset({"message", "delivery", "typing"})
+        )
         try:
             await websocket.send_json(
                 {

@@ -108,7 +108,9 @@ class TuiSocket:
         lock = asyncio.Lock()
         # Subscribe before reading the history, so nothing falls between the two; the filter
         # follows the view as it switches.
-        subscription = self._services.signals.bus.subscribe(accept=view.shows)
+        subscription = self._services.signals.bus.subscribe(
+            accept=view.shows, kinds=frozenset({"message", "typing"})
+        )
         try:
             async with lock:
                 await self._introduce(websocket, view)

@@ -101,6 +101,10 @@ class InlineConnection:
         conn.execute("PRAGMA wal_autocheckpoint = 0")
         return cls(conn)
 
+    @property
+    def connection(self) -> sqlite3.Connection:
+        return self._conn
+
     def set_trace_callback(self, trace: Callable[[str], None] | None) -> None:
         self._conn.set_trace_callback(trace)
 

@@ -131,6 +131,10 @@ class MessageStatements(Statements):
             )
         return [message_from_row(row) for row in rows]
 
+    async def last_seq(self) -> int:
+        row = await self._one("SELECT COALESCE(MAX(seq), 0) FROM messages")
+        return int(row[0])
+
     async def conversation_messages(self, conversation_id: int, *, limit: int) -> list[TurnRow]:
         columns = ", ".join(f"m.{c.strip()}" for c in MESSAGE_COLUMNS.split(","))
         rows = await self._all(

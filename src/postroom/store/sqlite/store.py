@@ -67,6 +67,9 @@ class SqliteStore:
         self._closed = False
         self._commits = 0
         self._checkpoint: asyncio.Task[None] | None = None
+        #: The open group of write transactions awaiting their shared commit (see write()).
+        self._group: list[asyncio.Future[None]] | None = None
+        self._committer: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(
@@ -105,6 +108,7 @@ class SqliteStore:
         if self._checkpoint is not None:
             await self._checkpoint
         async with self._write_lock, self._read_lock:
+            await self._commit_locked()
             await self._maintenance.close()
             await self._reader.close()
             await self._writer.close()
@@ -115,19 +119,75 @@ class SqliteStore:
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[SqliteTx]:
+        """One write transaction, committed (durably, in WAL) before the block's exit returns.
+
+        Group commit: the transactions that run in the same turn of the event loop share one
+        SQLite transaction, each inside its own savepoint, and one ``COMMIT`` at the start of
+        the next turn. A failing transaction rolls back to its savepoint and leaves the others
+        alone; a failing ``COMMIT`` fails every transaction of the group. Under load a
+        ``COMMIT`` (tens of microseconds of WAL writing each) is shared by several messages.
+        """
         self._check_open()
+        loop = asyncio.get_running_loop()
         async with self._write_lock:
-            await self._writer.begin()
+            if self._group is None:
+                await self._writer.begin()
+                self._group = []
+                self._committer = loop.create_task(self._commit_group())
+            group = self._group
+            await self._writer.run("SAVEPOINT tx")
             try:
                 yield SqliteTx(self._writer)
             except BaseException:
-                await self._writer.run("ROLLBACK")
+                self._undo(group)
                 raise
+            await self._writer.run("RELEASE tx")
+            committed = loop.create_future()
+            group.append(committed)
+        await committed
+
+    def _undo(self, group: list[asyncio.Future[None]]) -> None:
+        """Roll back the failed transaction's savepoint; if SQLite already rolled back the
+        whole group (it does on some errors: full disk, I/O), fail the group's others too."""
+        conn = self._writer.connection
+        if conn.in_transaction:
+            conn.execute("ROLLBACK TO tx")
+            conn.execute("RELEASE tx")
+            return
+        lost = RuntimeError("the write transaction was rolled back by SQLite")
+        for member in group:
+            if not member.done():
+                member.set_exception(lost)
+        group.clear()
+        self._group = None
+
+    async def _commit_group(self) -> None:
+        # Queued behind every transaction already waiting for the lock: they join the group.
+        async with self._write_lock:
+            await self._commit_locked()
+
+    async def _commit_locked(self) -> None:
+        group, self._group = self._group, None
+        if group is None:
+            return  # already committed by close(), or abandoned in _undo
+        try:
             await self._writer.run("COMMIT")
-            self._commits += 1
-            if self._commits >= CHECKPOINT_EVERY and self._checkpoint is None:
-                self._commits = 0
-                self._checkpoint = asyncio.create_task(self._run_checkpoint())
+        except BaseException as exc:
+            if self._writer.connection.in_transaction:
+                self._writer.connection.execute("ROLLBACK")
+            for member in group:
+                if not member.done():
+                    member.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for member in group:
+            if not member.done():
+                member.set_result(None)
+        self._commits += 1
+        if self._commits >= CHECKPOINT_EVERY and self._checkpoint is None and not self._closed:
+            self._commits = 0
+            self._checkpoint = asyncio.create_task(self._run_checkpoint())
 
     async def _run_checkpoint(self) -> None:
         """Copy the WAL back into the database on the maintenance thread (see ``base``)."""
