@@ -6,7 +6,7 @@ Only ``/healthz``, the web chat page and its assets are open; everything under `
 
 from __future__ import annotations
 
-from typing import Any
+import functools
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -17,7 +17,6 @@ from postroom import __version__
 from postroom.api.errors import describe_validation, error_response, error_status
 from postroom.api.ingest_lane import IngestLane
 from postroom.api.middleware import BearerAuth, BodyLimit
-from postroom.api.models import MessageIn
 from postroom.api.routes import ApiContext, build_router, ingest_body
 from postroom.core.errors import PostroomError
 
@@ -68,14 +67,9 @@ def create_api(
         return PlainTextResponse(body.decode(), media_type=content_type)
 
     app.include_router(build_router(ctx))
-    services = ctx.services
-
-    async def ingest(body: MessageIn) -> dict[str, Any]:
-        return await ingest_body(services, body)
-
     # Middlewares run in the reverse order of adding: auth, then the body limit, then the
     # ingest lane — an unauthenticated body is never buffered, an oversized one never parsed.
-    app.add_middleware(IngestLane, ingest=ingest)
+    app.add_middleware(IngestLane, ingest=functools.partial(ingest_body, ctx.services))
     app.add_middleware(BodyLimit, limit=body_limit)
     app.add_middleware(BearerAuth, token=token)
     return app

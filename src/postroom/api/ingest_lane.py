@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from postroom.api.errors import error_body, error_status
-from postroom.api.middleware import ASGIApp, Message, Receive, Scope, Send
+from postroom.api.middleware import ASGIApp, Message, Receive, Scope, Send, replay
 from postroom.api.models import MessageIn
 from postroom.core.errors import PostroomError
 
@@ -47,7 +47,7 @@ class IngestLane:
             message = await receive()
             received.append(message)
             if message["type"] != "http.request":
-                await self._app(scope, _replay(received, receive), send)
+                await self._app(scope, replay(received, receive), send)
                 return
             chunks.append(message.get("body", b""))
             if not message.get("more_body", False):
@@ -55,7 +55,7 @@ class IngestLane:
         try:
             body = MessageIn.model_validate(json.loads(b"".join(chunks)))
         except (ValueError, RecursionError, ValidationError):  # JSONDecodeError: ValueError
-            await self._app(scope, _replay(received, receive), send)
+            await self._app(scope, replay(received, receive), send)
             return
         try:
             status, answer = 200, await self._ingest(body)
@@ -73,15 +73,3 @@ class IngestLane:
             }
         )
         await send({"type": "http.response.body", "body": payload})
-
-
-def _replay(messages: list[Message], receive: Receive) -> Receive:
-    pending = iter(messages)
-
-    async def replayed() -> Message:
-        try:
-            return next(pending)
-        except StopIteration:
-            return await receive()
-
-    return replayed

@@ -12,7 +12,16 @@ from typing import Any
 from postroom.api.errors import error_response
 from postroom.core.signing import token_matches
 
-__all__ = ["ASGIApp", "BearerAuth", "BodyLimit", "Message", "Receive", "Scope", "Send"]
+__all__ = [
+    "ASGIApp",
+    "BearerAuth",
+    "BodyLimit",
+    "Message",
+    "Receive",
+    "Scope",
+    "Send",
+    "replay",
+]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -29,6 +38,19 @@ def _bearer(scope: Scope) -> str | None:
                 return None
             return value.strip()
     return None
+
+
+def replay(messages: list[Message], receive: Receive) -> Receive:
+    """A ``receive`` that returns the already read *messages* first, then reads on."""
+    pending = iter(messages)
+
+    async def replayed() -> Message:
+        try:
+            return next(pending)
+        except StopIteration:
+            return await receive()
+
+    return replayed
 
 
 class BodyLimit:
@@ -64,15 +86,7 @@ class BodyLimit:
                 return
             if not message.get("more_body", False):
                 break
-        replay = iter(messages)
-
-        async def buffered() -> Message:
-            try:
-                return next(replay)
-            except StopIteration:
-                return await receive()
-
-        await self._app(scope, buffered, send)
+        await self._app(scope, replay(messages, receive), send)
 
 
 class BearerAuth:

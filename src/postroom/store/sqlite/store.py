@@ -69,6 +69,7 @@ class SqliteStore:
         self._checkpoint: asyncio.Task[None] | None = None
         #: The open group of write transactions awaiting their shared commit (see write()).
         self._group: list[asyncio.Future[None]] | None = None
+        #: The task that will commit the open group (held so it cannot be collected).
         self._committer: asyncio.Task[None] | None = None
 
     @classmethod
