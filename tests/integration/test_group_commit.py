@@ -54,7 +54,8 @@ async def test_transactions_of_one_loop_turn_share_one_commit(
     statements.clear()
     await asyncio.gather(*(insert(store, f"m{i}") for i in range(5)))
     assert statements.count("COMMIT") == 1
-    assert statements.count("SAVEPOINT tx") == statements.count("RELEASE tx") == 5
+    # The first runs directly in the group's SQLite transaction; each later one in a savepoint.
+    assert statements.count("SAVEPOINT tx") == statements.count("RELEASE tx") == 4
     assert stored_ids(store) == [f"m{i}" for i in range(5)]
 
     # One transaction alone still commits once, before its block's exit returns.
@@ -79,6 +80,25 @@ async def test_a_failing_transaction_rolls_back_alone(
     assert "ROLLBACK TO tx" in statements
     assert statements.count("COMMIT") == 1
     assert stored_ids(store) == ["a", "c"]
+
+
+async def test_a_failing_first_transaction_rolls_back_alone(
+    traced: tuple[SqliteStore, list[str]],
+) -> None:
+    store, statements = traced
+    statements.clear()
+    results = await asyncio.gather(
+        insert(store, "a", fail=True),
+        insert(store, "b"),
+        insert(store, "c"),
+        return_exceptions=True,
+    )
+    assert isinstance(results[0], RuntimeError)
+    assert results[1] is None and results[2] is None
+    # Without a savepoint of its own, the first is undone by rolling back the SQLite
+    # transaction; the others then form a new group.
+    assert statements[:3] == ["BEGIN IMMEDIATE", statements[1], "ROLLBACK"]
+    assert stored_ids(store) == ["b", "c"]
 
 
 async def test_a_failed_commit_fails_every_transaction_of_its_group(

@@ -95,9 +95,11 @@ async def test_connection_settings(store: SqliteStore) -> None:
             ((synchronous,),) = await conn.fetchall("PRAGMA synchronous")
             ((foreign_keys,),) = await conn.fetchall("PRAGMA foreign_keys")
             ((journal,),) = await conn.fetchall("PRAGMA journal_mode")
+            ((temp_store,),) = await conn.fetchall("PRAGMA temp_store")
         assert synchronous == 1  # NORMAL
         assert foreign_keys == 1
         assert journal == "wal"
+        assert temp_store == 2  # MEMORY: a savepoint's journal is never a temporary file
 
 
 async def test_a_write_waiting_for_another_process_never_stalls_the_event_loop(

@@ -400,6 +400,54 @@ async def test_an_answered_turn_is_never_run_again(rig: Rig, clock: FakeClock) -
     assert len(await answers(services, "telegram:group/5")) == 1
 
 
+# -- claiming ----------------------------------------------------------------------------------
+def count_claims(services: Services) -> list[str]:
+    """Every claim statement the store's write connection runs from now on."""
+    claims: list[str] = []
+
+    def trace(sql: str) -> None:
+        if sql.startswith("UPDATE jobs SET status = 'running'"):
+            claims.append(sql)
+
+    services.store._writer.set_trace_callback(trace)  # type: ignore[attr-defined]
+    return claims
+
+
+async def test_a_turn_queued_behind_a_running_one_is_not_polled_for(rig: Rig) -> None:
+    """The conversation's next turn is due but blocked until the running one ends: the
+    dispatcher sleeps until that end wakes it, rather than claiming again and again."""
+    services = await rig.open()
+    runner = GatedRunner()
+    runner.holds[0] = asyncio.Event()
+    await rig.start_pool(services, runner, backstop_s=10)
+    chat = "telegram:group/5"
+    first = await fire(services, chat, "first")
+    await eventually(lambda: runner.total == 1, "the first run to start")
+    claims = count_claims(services)
+    second = await fire(services, chat, "second")
+    assert second != first
+    await asyncio.sleep(0.3)
+    # The enqueue's wake-up: one claim, which finds the conversation busy.
+    assert len(claims) <= 2, len(claims)
+    runner.holds[0].set()
+    await settled(services, second)
+    assert [a.content for a in await answers(services, chat)] == ["first", "second"]
+
+
+async def test_turns_fill_the_free_slots_and_no_more(rig: Rig) -> None:
+    services = await rig.open()
+    runner = GatedRunner(open_gate=False)
+    pool = await rig.start_pool(services, runner, max_concurrent_turns=3, backstop_s=10)
+    jobs = [await fire(services, f"telegram:group/{n}", "hi") for n in range(4)]
+    await eventually(lambda: runner.total == 3, "three turns to start")
+    await asyncio.sleep(0.05)
+    assert runner.total == 3 and pool.running_jobs == jobs[:3]
+    runner.gate.set()
+    for job_id in jobs:
+        await settled(services, job_id)
+    assert pool.running_jobs == []
+
+
 # -- graceful shutdown -------------------------------------------------------------------------
 async def test_shutdown_releases_the_lease_of_an_unfinished_turn(rig: Rig) -> None:
     services = await rig.open()

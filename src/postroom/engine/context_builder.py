@@ -1,9 +1,11 @@
 """Building a turn's request when the run starts (MESSAGES §4), never at enqueue time.
 
-Observed messages of the turn's chats join the conversation; the conversation is compacted
-first if it grew past the model's window; then the system prompt is assembled — persona,
-memory (sticky facts, then the most relevant), state, the compaction summary, and the system
-notices last — and the history is arranged from the turn's point of view.
+Observed messages of the turn's chats join the conversation in the transaction that claims
+the turn; everything the request is made of is then read in one read transaction (read again
+only if the conversation had grown past the model's window and was compacted first); then the
+system prompt is assembled — persona, memory (sticky facts, then the most relevant), state, the
+compaction summary, and the system notices last — and the history is arranged from the turn's
+point of view.
 """
 
 from __future__ import annotations
@@ -19,16 +21,16 @@ from postroom.core.context import (
     system_notices,
 )
 from postroom.core.folders import FolderSettings
-from postroom.core.messages import MessageType
+from postroom.core.messages import MessageType, StoredMessage
 from postroom.engine.catalog import Catalog
 from postroom.engine.clock import Clock
 from postroom.engine.compaction import Compactor
 from postroom.engine.enrich import Enricher
-from postroom.engine.memory import MemoryService
+from postroom.engine.memory import MemoryService, PromptMemory
 from postroom.engine.persona import PersonaSource
 from postroom.llm.base import ModelRequest
-from postroom.store.protocol import Store
-from postroom.store.records import JobKind, JobRecord
+from postroom.store.protocol import Store, StoreTx
+from postroom.store.records import CompactionRecord, ConversationRecord, JobKind, JobRecord
 
 __all__ = ["ContextBuilder", "ContextSettings", "PreparedTurn"]
 
@@ -69,29 +71,64 @@ class ContextBuilder:
         self._memory = memory
         self._compactor = compactor
 
-    async def build(
-        self, job: JobRecord, settings: FolderSettings, chats: Sequence[str]
-    ) -> PreparedTurn:
+    async def attach_observed(self, tx: StoreTx, job: JobRecord, chats: Sequence[str]) -> None:
+        """MESSAGES §4: what was observed in the turn's chats joins its conversation as the run
+        starts — called in the transaction that claims the turn."""
+        if job.kind is not JobKind.TURN:
+            return
         context = self._settings
+        for chat_jid in chats:
+            await tx.attach_observed(
+                job.folder,
+                chat_jid,
+                job.conversation_id,
+                max_messages=context.observe_window_messages,
+                max_chars=context.observe_window_chars,
+            )
+
+    async def build(self, job: JobRecord, settings: FolderSettings) -> PreparedTurn:
         if self._enricher is not None:
             await self._enricher.enrich(job)
-        async with self._store.write() as tx:
-            conversation = await tx.get_conversation(job.conversation_id)
-            conversation_chat = conversation.chat_jid if conversation else job.chat_jid
-            if job.kind is JobKind.TURN:
-                # MESSAGES §4: what was observed in these chats joins the conversation now.
-                for chat_jid in chats:
-                    await tx.attach_observed(
-                        job.folder,
-                        chat_jid,
-                        job.conversation_id,
-                        max_messages=context.observe_window_messages,
-                        max_chars=context.observe_window_chars,
-                    )
-        if self._compactor is not None:
-            await self._compactor.maybe_compact(job, settings)
+        read = await self._read(job)
+        if self._compactor is not None and await self._compactor.compact(
+            job, settings, read.uncompacted
+        ):
+            read = await self._read(job)
+        history, compaction, memory = read.history, read.compaction, read.memory
+        persona = settings.persona
+        if self._personas is not None:
+            persona = self._personas.persona(job.folder, self._catalog.snapshot.folders, persona)
+        notices = system_notices(
+            now=self._clock(), chat_jid=job.chat_jid, folder=job.folder, topic=job.topic
+        )
+        system = render_system_prompt(
+            persona,
+            memory=memory.facts if memory else (),
+            state=memory.state if memory else (),
+            summary=compaction.summary if compaction else "",
+            notices=notices,
+        )
+        conversation_chat = read.conversation.chat_jid if read.conversation else job.chat_jid
+        answer_chat = conversation_chat or (job.messages[-1][1] if job.messages else job.chat_jid)
+        request = ModelRequest(
+            system=system,
+            messages=bridge_summary(
+                format_messages_for_sdk(history), summarized=compaction is not None
+            ),
+            model=settings.model,
+        )
+        return PreparedTurn(request, answer_chat)
+
+    async def _read(self, job: JobRecord) -> _Read:
+        """Everything the request is made of, in one read transaction."""
         async with self._store.read() as tx:
-            rows = await tx.conversation_messages(job.conversation_id, limit=context.max_messages)
+            conversation = await tx.get_conversation(job.conversation_id)
+            uncompacted: list[StoredMessage] = []
+            if self._compactor is not None:
+                uncompacted = await tx.uncompacted_messages(job.conversation_id)
+            rows = await tx.conversation_messages(
+                job.conversation_id, limit=self._settings.max_messages
+            )
             compaction = await tx.latest_compaction(job.conversation_id)
             history = arrange_history(
                 [row.message for row in rows],
@@ -113,25 +150,13 @@ class ContextBuilder:
                     m.content for m in history[-5:] if m.message_type is MessageType.USER
                 )
                 memory = await self._memory.for_prompt(tx, job.folder, query)
-        persona = settings.persona
-        if self._personas is not None:
-            persona = self._personas.persona(job.folder, self._catalog.snapshot.folders, persona)
-        notices = system_notices(
-            now=self._clock(), chat_jid=job.chat_jid, folder=job.folder, topic=job.topic
-        )
-        system = render_system_prompt(
-            persona,
-            memory=memory.facts if memory else (),
-            state=memory.state if memory else (),
-            summary=compaction.summary if compaction else "",
-            notices=notices,
-        )
-        answer_chat = conversation_chat or (job.messages[-1][1] if job.messages else job.chat_jid)
-        request = ModelRequest(
-            system=system,
-            messages=bridge_summary(
-                format_messages_for_sdk(history), summarized=compaction is not None
-            ),
-            model=settings.model,
-        )
-        return PreparedTurn(request, answer_chat)
+        return _Read(conversation, uncompacted, history, compaction, memory)
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    conversation: ConversationRecord | None
+    uncompacted: list[StoredMessage]
+    history: list[StoredMessage]
+    compaction: CompactionRecord | None
+    memory: PromptMemory | None

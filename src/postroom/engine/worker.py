@@ -19,7 +19,7 @@ import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import structlog
 
@@ -108,7 +108,8 @@ class WorkerPool:
         )
         self._tools = tools
         self._running: dict[int, _Running] = {}
-        self._slots = asyncio.Semaphore(queue.max_concurrent_turns)
+        #: Turn tasks not yet ended (``_running`` may hold a requeued job's newer entry).
+        self._busy = 0
         self._workers: list[asyncio.Task[None]] = []
         self._stopping = False
         signals.on_cancel(self._cancel)
@@ -151,52 +152,66 @@ class WorkerPool:
 
     # -- the claim loop -------------------------------------------------------------------------
     async def _dispatch(self) -> None:
-        """Claim turns while a slot is free, each run as its own task.
+        """Fill the free slots with claimed turns, each run as its own task.
 
-        One claimer, not one per slot: a wake-up then costs one claim, where a worker per
-        slot would each run a write transaction to find the same single turn.
+        One claimer, and one write transaction per wake-up for all the free slots: a worker per
+        slot would each run a transaction to find the same single turn. When it claims fewer
+        than it asked for, nothing more is claimable now, and the same transaction says when
+        the next queued turn comes due; it sleeps until then or until woken (an enqueue, a turn
+        ending, a cancellation).
         """
+        limit = self._queue.max_concurrent_turns
         while not self._stopping:
-            await self._slots.acquire()
-            try:
-                job = await self._claim()
-            except BaseException:
-                self._slots.release()
-                raise
-            if job is None:
-                self._slots.release()
-                await self._signals.turns.wait(await self._idle_for())
+            free = limit - self._busy
+            if free <= 0:
+                # A finishing turn wakes us; the timer is only a backstop.
+                await self._signals.turns.wait(self._queue.backstop_s)
                 continue
-            assert job.lease_token is not None
-            entry = _Running(job.lease_token)
-            entry.task = asyncio.create_task(self._execute(job, entry), name=f"turn-{job.id}")
-            self._running[job.id] = entry
-            entry.task.add_done_callback(functools.partial(self._done, job.id, entry))
+            jobs, due = await self._claim(free)
+            for job in jobs:
+                self._start(job)
+            if len(jobs) < free:
+                await self._signals.turns.wait(self._idle_for(due))
+
+    def _start(self, job: JobRecord) -> None:
+        assert job.lease_token is not None
+        entry = _Running(job.lease_token)
+        self._busy += 1
+        entry.task = asyncio.create_task(self._execute(job, entry), name=f"turn-{job.id}")
+        self._running[job.id] = entry
+        entry.task.add_done_callback(functools.partial(self._done, job.id, entry))
 
     def _done(self, job_id: int, entry: _Running, _task: asyncio.Task[None]) -> None:
-        self._slots.release()
+        self._busy -= 1
         # Only our own entry: the same job may have been requeued and claimed again.
         if self._running.get(job_id) is entry:
             del self._running[job_id]
-        # The conversation's next turn may be claimable now.
+        # A slot is free, and the conversation's next turn may be claimable now.
         self._signals.turns.wake()
 
-    async def _claim(self) -> JobRecord | None:
+    async def _claim(self, want: int) -> tuple[list[JobRecord], datetime | None]:
+        """Up to *want* turns; and, if there were fewer, when the next one comes due."""
         if self._stopping:
-            return None
+            return [], None
         now = self._clock()
+        lease_until = now + timedelta(seconds=self._queue.lease_s)
+        jobs: list[JobRecord] = []
         async with self._store.write() as tx:
-            return await tx.claim_job(
-                now=now,
-                lease_until=now + timedelta(seconds=self._queue.lease_s),
-                owner=self._owner,
-                boot_id=self._boot_id,
-                token=secrets.token_hex(8),
-            )
+            while len(jobs) < want:
+                job = await tx.claim_job(
+                    now=now,
+                    lease_until=lease_until,
+                    owner=self._owner,
+                    boot_id=self._boot_id,
+                    token=secrets.token_hex(8),
+                )
+                if job is None:
+                    return jobs, await tx.next_job_due()
+                await self._context.attach_observed(tx, job, _reply_chats(job))
+                jobs.append(job)
+        return jobs, None
 
-    async def _idle_for(self) -> float:
-        async with self._store.read() as tx:
-            due = await tx.next_job_due()
+    def _idle_for(self, due: datetime | None) -> float:
         wait = self._queue.backstop_s
         if due is not None:
             wait = min(wait, max((due - self._clock()).total_seconds(), 0.0))
@@ -233,7 +248,7 @@ class WorkerPool:
             return int((time.monotonic() - begun) * 1000)
 
         try:
-            prepared = await self._context.build(job, settings, chats)
+            prepared = await self._context.build(job, settings)
             request = prepared.request
             toolbox = self._toolbox(job, settings, chats)
             result = await self._runner.run(request, settings=settings, toolbox=toolbox)

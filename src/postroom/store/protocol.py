@@ -275,7 +275,9 @@ class StoreTx(Protocol):
         """Queue a failed or cancelled turn again (the retry command)."""
         ...
 
-    async def next_job_due(self) -> datetime | None: ...
+    async def next_job_due(self) -> datetime | None:
+        """When the earliest queued turn whose conversation has none running comes due."""
+        ...
 
     async def job_counts(self) -> dict[str, int]:
         """Turns per status, and ``deliveries_pending`` for the outbox (for metrics)."""

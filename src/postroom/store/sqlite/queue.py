@@ -204,7 +204,13 @@ class QueueStatements(Statements):
         return None if row is None else await self._with_messages(_job(row))
 
     async def next_job_due(self) -> datetime | None:
-        row = await self._one("SELECT MIN(run_at) FROM jobs WHERE status = 'queued'")
+        # A turn whose conversation has one running is left out: it becomes claimable when
+        # that one ends (which wakes the claimer), whatever its run_at says.
+        row = await self._one(
+            "SELECT MIN(q.run_at) FROM jobs q WHERE q.status = 'queued' "
+            "AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.conversation_id = q.conversation_id "
+            "                AND r.status = 'running')"
+        )
         return from_iso(row[0]) if row and row[0] else None
 
     async def job_counts(self) -> dict[str, int]:
