@@ -8,8 +8,9 @@ other conversations fill the database up to each total size (1,000 to 1,000,000 
 in all). For each size it times, on a real SQLite file (WAL):
 
 * reading the last 50 messages of the measured chat (the history API's query), and
-* building a run's context for a turn of that conversation (``ContextBuilder.build``: observed
-  rows, history, memory, system prompt — everything up to the model call).
+* building a run's context for a turn of that conversation (``ContextBuilder.attach_observed``
+  in a write transaction, as the claim does, then ``ContextBuilder.build``: history, memory,
+  system prompt — everything up to the model call).
 
 It prints the median and p95 in milliseconds and the ratio to the smallest database. Target:
 both stay within 2x from 1,000 to 1,000,000 stored messages.
@@ -192,7 +193,11 @@ async def measure(path: Path, repeats: int) -> tuple[list[float], list[float], i
             reads.append((time.perf_counter() - started) * 1000)
             assert len(rows) == 50
             started = time.perf_counter()
-            prepared = await builder.build(job, settings, [MEASURED_CHAT])
+            # What a claimed turn's context costs: the observed rows joining it (in the
+            # claiming transaction), then the build.
+            async with store.write() as tx:
+                await builder.attach_observed(tx, job, [MEASURED_CHAT])
+            prepared = await builder.build(job, settings)
             builds.append((time.perf_counter() - started) * 1000)
             assert len(prepared.request.messages) == ContextSettings().max_messages
         return reads, builds, total
