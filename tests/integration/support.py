@@ -3,8 +3,10 @@ the folders and route table of ROUTING §7."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import itertools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -92,3 +94,20 @@ async def seed_spec_table(services: Services) -> None:
             await services.folders.add_folder(path, FolderSpec(), actor="test")
     for seq, match, target in SPEC_ROWS:
         await services.routes.add_route(seq, match, target, actor="test")
+
+
+async def eventually(
+    check: Callable[[], bool | Awaitable[bool]], what: str, *, timeout_s: float = 20.0
+) -> None:
+    """Wait (polling briefly) until *check* holds; fail with *what* after a generous timeout."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            while True:
+                result = check()
+                if inspect.isawaitable(result):
+                    result = await result
+                if result:
+                    return
+                await asyncio.sleep(0.01)
+    except TimeoutError:
+        raise AssertionError(f"timed out waiting for {what}") from None

@@ -14,6 +14,7 @@ import hashlib
 import hmac
 import json
 import socket
+import sqlite3
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from structlog.testing import capture_logs
 
 from postroom.channels.http import EventStreamSink, WebhookSession, WebhookSink, sign_body
 from postroom.core import Action, Layer, MessageType
@@ -47,9 +49,10 @@ from postroom.engine.runner import ProviderRunner
 from postroom.engine.worker import ContextSettings, WorkerPool
 from postroom.llm.echo import EchoProvider
 from postroom.store.records import DeliveryRecord, JobRecord, JobStatus, NewMessage
+from postroom.store.sqlite import base as sqlite_base
 
 from fakeclock import FakeClock
-from support import inbound, open_services, seed_spec_table
+from support import eventually, inbound, open_services, seed_spec_table
 
 GUILD = "discord:guild/77/channel/3"
 ABANDONED_PREFIX = "⚠️ a message could not be delivered"
@@ -996,6 +999,41 @@ async def test_the_running_loop_delivers_an_answer_without_being_driven(
         "ping",
     )
     assert await outbox(services, status="pending") == []
+
+
+async def test_the_running_loop_goes_on_after_a_round_fails(
+    services: Services, clock: FakeClock, sink: RecordingSink, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process holding the write lock past the busy timeout fails the round (the row
+    was sent but could not be marked); the loop logs it and sends the row again later instead
+    of ending for good: the same row again (a sink's idempotency key is made of it)."""
+    monkeypatch.setattr(sqlite_base, "BUSY_TIMEOUT_MS", 100)
+    message = await put_answer(services, clock, "hello", ["telegram:group/5"])
+    loop = make_loop(services, clock, sink)
+    other = sqlite3.connect(services.store.path)  # type: ignore[attr-defined]
+    other.isolation_level = None
+    other.execute("BEGIN IMMEDIATE")
+    running = asyncio.create_task(loop.run())
+    try:
+        with capture_logs() as logs:
+            await eventually(
+                lambda: any(e["event"] == "delivery.round_failed" for e in logs),
+                "a failed round",
+            )
+        other.execute("ROLLBACK")
+
+        async def all_sent() -> bool:
+            return not await outbox(services, status="pending")
+
+        await eventually(all_sent, "the row to be sent again")
+    finally:
+        other.close()
+        loop.stop()
+        await running
+    assert len(sink.sent) == 2  # once before the failed round, once after
+    assert {(c.delivery_id, c.message_id, c.chunk) for c in sink.sent} == {
+        (sink.sent[0].delivery_id, message.message_id, 0)
+    }
 
 
 # --------------------------------------------------------------------------- overlapping rounds

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sqlite3
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime, timedelta
@@ -19,6 +20,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+from structlog.testing import capture_logs
 from typer.testing import CliRunner, Result
 
 from postroom.channels.http import EventStreamSink
@@ -38,9 +40,10 @@ from postroom.engine.tasks import Scheduler, task_chat
 from postroom.engine.worker import ContextSettings, WorkerPool
 from postroom.llm.echo import EchoProvider
 from postroom.store.records import JobKind, JobRecord, JobStatus, TaskRecord
+from postroom.store.sqlite import base as sqlite_base
 
 from fakeclock import FakeClock
-from support import inbound, open_services
+from support import eventually, inbound, open_services
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)  # the FakeClock's start (a Monday)
 CHAT = "telegram:group/7"
@@ -212,6 +215,44 @@ async def test_a_due_task_becomes_one_scheduled_turn_in_its_own_conversation(
     assert after.next_run == due_at + timedelta(minutes=30)
     # Nothing was written to the task's chat.
     assert await services.history.messages(chat_jid=CHAT) == []
+
+
+async def test_the_running_scheduler_goes_on_after_a_tick_fails(
+    services: Services, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process holding the write lock past the busy timeout fails a tick; the loop logs
+    it and the next tick queues the task's turn."""
+    monkeypatch.setattr(sqlite_base, "BUSY_TIMEOUT_MS", 100)
+    await add_task(services, "every 30m")
+    clock.advance(minutes=30)
+    scheduler = Scheduler(
+        store=services.store,
+        catalog=services.catalog,
+        signals=services.signals,
+        clock=clock,
+        queue=services.queue,
+        tick_s=0.05,
+    )
+    other = sqlite3.connect(services.store.path, isolation_level=None)  # type: ignore[attr-defined]
+    other.execute("BEGIN IMMEDIATE")
+    running = asyncio.create_task(scheduler.run())
+    try:
+        with capture_logs() as logs:
+            await eventually(
+                lambda: any(e["event"] == "tasks.tick_failed" for e in logs), "a failed tick"
+            )
+        other.execute("ROLLBACK")
+
+        async def queued() -> bool:
+            return bool(await services.turns.list_jobs(limit=1))
+
+        await eventually(queued, "the task's turn")
+    finally:
+        other.close()
+        scheduler.stop()
+        await running
+    (turn,) = await services.turns.list_jobs(limit=10)
+    assert turn.kind is JobKind.SCHEDULED
 
 
 async def test_flood_guard_while_the_turn_is_queued_or_running(

@@ -5,16 +5,17 @@ run record it leaves."""
 from __future__ import annotations
 
 import asyncio
-import inspect
 import itertools
 import re
+import sqlite3
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from postroom.core import Action, MessageType, StoredMessage
 from postroom.core.folders import FolderDefaults, FolderSettings
@@ -27,9 +28,10 @@ from postroom.engine.worker import ContextSettings, WorkerPool
 from postroom.llm import EchoProvider, ModelRequest, ProviderError
 from postroom.store import NewMessage, SqliteStore
 from postroom.store.records import JobRecord, JobStatus, RunRecord
+from postroom.store.sqlite import base as sqlite_base
 
 from fakeclock import FakeClock
-from support import inbound, seed_spec_table
+from support import eventually, inbound, seed_spec_table
 
 QUEUE = QueueSettings(
     max_attempts=3,
@@ -175,23 +177,6 @@ async def rig(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Rig]:
 
 
 # -- helpers -----------------------------------------------------------------------------------
-async def eventually(
-    check: Callable[[], bool | Awaitable[bool]], what: str, *, timeout_s: float = 20.0
-) -> None:
-    """Wait (polling briefly) until *check* holds; fail with *what* after a generous timeout."""
-    try:
-        async with asyncio.timeout(timeout_s):
-            while True:
-                result = check()
-                if inspect.isawaitable(result):
-                    result = await result
-                if result:
-                    return
-                await asyncio.sleep(0.01)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what}") from None
-
-
 async def job_when(
     services: Services, job_id: int, check: Callable[[JobRecord], bool], what: str
 ) -> JobRecord:
@@ -446,6 +431,31 @@ async def test_turns_fill_the_free_slots_and_no_more(rig: Rig) -> None:
     for job_id in jobs:
         await settled(services, job_id)
     assert pool.running_jobs == []
+
+
+async def test_claiming_goes_on_after_a_claim_fails(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process holding the write lock past the busy timeout fails a claim; the
+    dispatcher logs it and claims again later instead of ending for good."""
+    monkeypatch.setattr(sqlite_base, "BUSY_TIMEOUT_MS", 100)
+    services = await rig.open()
+    runner = GatedRunner()
+    await rig.start_pool(services, runner, backstop_s=0.05)
+    other = sqlite3.connect(services.store.path, isolation_level=None)  # type: ignore[attr-defined]
+    try:
+        with capture_logs() as logs:
+            other.execute("BEGIN IMMEDIATE")
+            services.signals.turns.wake()
+            await eventually(
+                lambda: any(e["event"] == "turns.claim_failed" for e in logs), "a failed claim"
+            )
+            other.execute("ROLLBACK")
+    finally:
+        other.close()
+    job_id = await fire(services, "telegram:group/5", "hello")
+    await settled(services, job_id)
+    assert [a.content for a in await answers(services, "telegram:group/5")] == ["hello"]
 
 
 # -- graceful shutdown -------------------------------------------------------------------------

@@ -180,10 +180,15 @@ class DeliveryLoop:
 
     async def run(self) -> None:
         while not self._stopping.is_set():
-            sent_any = await self.deliver_due()
-            if sent_any:
-                continue
-            await self._signals.deliveries.wait(await self._idle_for())
+            try:
+                if await self.deliver_due():
+                    continue
+                wait = await self._idle_for()
+            except Exception:
+                # A store error must not end delivery for the rest of the process's life.
+                log.exception("delivery.round_failed")
+                wait = self._settings.backstop_s
+            await self._signals.deliveries.wait(wait)
 
     async def deliver_due(self) -> bool:
         """Send one round of due rows (at most one per chat); True if there were any."""

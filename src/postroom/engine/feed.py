@@ -44,8 +44,12 @@ class MessageFeed:
 
     async def run(self) -> None:
         while not self._stopping.is_set():
-            if not await self.publish_new():
-                await self._signals.stored.wait(self._backstop_s)
+            try:
+                if await self.publish_new():
+                    continue
+            except Exception:
+                log.exception("feed.read_failed")  # the cursor stays: the next read resumes
+            await self._signals.stored.wait(self._backstop_s)
 
     async def publish_new(self) -> int:
         async with self._store.read() as tx:

@@ -174,7 +174,10 @@ class Scheduler:
 
     async def run(self) -> None:
         while not self._stopping.is_set():
-            await self.tick()
+            try:
+                await self.tick()
+            except Exception:
+                log.exception("tasks.tick_failed")  # the next tick tries again
             try:
                 async with asyncio.timeout(self._tick_s):
                     await self._stopping.wait()

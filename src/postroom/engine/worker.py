@@ -167,7 +167,14 @@ class WorkerPool:
                 # A finishing turn wakes us; the timer is only a backstop.
                 await self._signals.turns.wait(self._queue.backstop_s)
                 continue
-            jobs, due = await self._claim(free)
+            try:
+                jobs, due = await self._claim(free)
+            except Exception:
+                # A store error (another process held the write lock past the busy timeout, a
+                # full disk) must not end claiming for the rest of the process's life.
+                log.exception("turns.claim_failed")
+                await self._signals.turns.wait(self._queue.backstop_s)
+                continue
             for job in jobs:
                 self._start(job)
             if len(jobs) < free:
@@ -221,8 +228,12 @@ class WorkerPool:
         """Requeue turns whose worker died (their lease ran out), without using an attempt."""
         while not self._stopping:
             await asyncio.sleep(max(self._queue.lease_s / 3, 0.05))
-            async with self._store.write() as tx:
-                released = await tx.release_expired_leases(now=self._clock())
+            try:
+                async with self._store.write() as tx:
+                    released = await tx.release_expired_leases(now=self._clock())
+            except Exception:
+                log.exception("turns.sweep_failed")
+                continue
             if released:
                 log.warning("turns.lease_expired", job_ids=released)
                 self._signals.turns.wake()
