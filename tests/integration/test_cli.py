@@ -294,6 +294,20 @@ def test_subprocess_init_list_and_errors_end_to_end(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- init
 
 
+def test_commands_other_than_serve_do_not_import_the_web_stack() -> None:
+    """Loading the CLI (what every command and ``--help`` pays) leaves out the server's web
+    stack and HTTP clients; ``serve``, ``chat``, ``channels`` and ``doctor`` import theirs."""
+    heavy = ("fastapi", "starlette", "uvicorn", "httpx", "aiohttp", "uvloop")
+    code = (
+        "import sys; import postroom.cli.main; "
+        f"print(','.join(m for m in {heavy!r} if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == ""
+
+
 def test_init_creates_the_data_directory(tmp_path: Path) -> None:
     directory = tmp_path / "d"
     out = init(directory)

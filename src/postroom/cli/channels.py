@@ -12,7 +12,6 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from postroom.app.channels import enabled_channels
 from postroom.app.server_client import ServerUnavailable, configured_url, get_json
 from postroom.cli.common import context, print_json, stdout, user_errors
 
@@ -24,6 +23,8 @@ def channels(
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Each channel adapter's state (connected, last event, last error)."""
+    from postroom.app.channels import enabled_channels  # it imports the web stack's routing
+
     cli = context(ctx)
     with user_errors():
         config = cli.config()

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Annotated
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
 import typer
 
 from postroom.app.server_client import configured_url, server_url
@@ -35,6 +34,8 @@ def _http_url(url: str) -> str:
 
 async def probe(url: str, token: str, *, where: str = "[api] token") -> list[str]:
     """The server's folders; a PostroomError saying what is wrong when it cannot be used."""
+    import httpx  # here, not at module level: every CLI command imports this module
+
     base = _http_url(url)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:

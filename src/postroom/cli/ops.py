@@ -9,7 +9,6 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from postroom.app.doctor import Check, run_doctor
 from postroom.cli.common import context, print_json, run, services_for, stdout
 from postroom.store.records import UsageRow
 
@@ -71,6 +70,8 @@ def usage(
 
 def doctor(ctx: typer.Context, as_json: JsonOption = False) -> None:
     """Check the configuration, database, routes, providers and server; say what to fix."""
+    from postroom.app.doctor import Check, run_doctor  # it imports every channel and provider
+
     cli = context(ctx)
 
     async def body() -> list[Check]:

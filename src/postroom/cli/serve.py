@@ -9,7 +9,6 @@ from typing import Annotated
 
 import typer
 
-from postroom.app import serve as serve_gateway
 from postroom.cli.common import context, user_errors
 from postroom.logs import configure_logging
 
@@ -34,6 +33,9 @@ def serve(
 ) -> None:
     """Run the gateway: HTTP API, web chat, workers, delivery and scheduler. Ctrl-C stops it
     gracefully."""
+    # The gateway and its web stack are imported only by this command: the others start fast.
+    from postroom.app.gateway import serve as serve_gateway
+
     cli = context(ctx)
     root = ctx.find_root().params
     configure_logging(level=str(root.get("log_level") or "info"), json=log_json)
