@@ -14,7 +14,9 @@ def to_iso(moment: datetime) -> str:
     """Fixed-width ISO-8601 UTC text (``2026-01-02T03:04:05.000006Z``), which sorts as time."""
     if moment.tzinfo is None:
         raise ValueError("postroom stores aware datetimes only (UTC)")
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # isoformat is several times cheaper than strftime and pads every year to four digits;
+    # the six characters it ends with are the "+00:00" offset.
+    return moment.astimezone(UTC).isoformat(timespec="microseconds")[:-6] + "Z"
 
 
 def from_iso(text: str) -> datetime:

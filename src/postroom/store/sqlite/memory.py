@@ -71,6 +71,11 @@ class MemoryStatements(Statements):
         match = fts_query(query)
         if not match:
             return []
+        # Opening the full-text index reads several of its pages; a folder with no facts (the
+        # common case for a turn) is answered from the facts index alone.
+        known = await self._one("SELECT 1 FROM memory_facts WHERE folder = ? LIMIT 1", (folder,))
+        if known is None:
+            return []
         rows = await self._all(
             "SELECT f.id, f.folder, f.category, f.fact, f.created_at FROM memory_fts "
             "JOIN memory_facts f ON f.id = memory_fts.rowid "

@@ -20,6 +20,10 @@ MESSAGE_COLUMNS = (
     "run_id, compacted"
 )
 
+#: The message columns qualified by the ``m`` alias, and how many there are.
+_M_COLUMNS = ", ".join(f"m.{c.strip()}" for c in MESSAGE_COLUMNS.split(","))
+_WIDTH = len(MESSAGE_COLUMNS.split(","))
+
 
 class MessageStatements(Statements):
     # -- messages and drops ---------------------------------------------------------------------
@@ -136,9 +140,8 @@ class MessageStatements(Statements):
         return int(row[0])
 
     async def conversation_messages(self, conversation_id: int, *, limit: int) -> list[TurnRow]:
-        columns = ", ".join(f"m.{c.strip()}" for c in MESSAGE_COLUMNS.split(","))
         rows = await self._all(
-            f"SELECT * FROM (SELECT {columns}, jm.job_id, j.status FROM messages m "
+            f"SELECT * FROM (SELECT {_M_COLUMNS}, jm.job_id, j.status FROM messages m "
             "LEFT JOIN job_messages jm ON jm.message_id = m.id AND jm.chat_jid = m.chat_jid "
             "LEFT JOIN jobs j ON j.id = jm.job_id "
             "WHERE m.conversation_id = ? "
@@ -147,8 +150,7 @@ class MessageStatements(Statements):
             "ORDER BY m.seq DESC LIMIT ?) ORDER BY seq",
             (conversation_id, limit),
         )
-        width = len(MESSAGE_COLUMNS.split(","))
-        return [TurnRow(message_from_row(row), row[width], row[width + 1]) for row in rows]
+        return [TurnRow(message_from_row(row), row[_WIDTH], row[_WIDTH + 1]) for row in rows]
 
     async def attach_observed(
         self,
