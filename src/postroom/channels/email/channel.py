@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
 from email.message import EmailMessage
 from email.utils import format_datetime, formataddr, make_msgid
@@ -33,6 +32,7 @@ import structlog
 from postroom.channels.base import BaseChannel
 from postroom.channels.email.config import EmailConfig, parse_config
 from postroom.channels.email.parse import ThreadPoint, message_ids, parse_email
+from postroom.channels.recent import Recent
 from postroom.core.errors import InvalidInput, PostroomError
 from postroom.engine.delivery import DeliveryFailed, OutgoingChunk, SendResult
 
@@ -93,14 +93,6 @@ def _literal(response: Any) -> bytes | None:
     return None
 
 
-class _Bounded(OrderedDict[str, ThreadPoint]):
-    def remember(self, key: str, value: ThreadPoint) -> None:
-        self[key] = value
-        self.move_to_end(key)
-        while len(self) > MEMORY:
-            self.popitem(last=False)
-
-
 class EmailChannel(BaseChannel):
     name = "email"
     platforms = ("email",)
@@ -110,8 +102,8 @@ class EmailChannel(BaseChannel):
         super().__init__()
         self._config = config
         self._task: asyncio.Task[None] | None = None
-        self._by_chat = _Bounded()
-        self._by_message = _Bounded()
+        self._by_chat: Recent[str, ThreadPoint] = Recent(MEMORY)
+        self._by_message: Recent[str, ThreadPoint] = Recent(MEMORY)
 
     @property
     def config(self) -> EmailConfig:
@@ -206,8 +198,8 @@ class EmailChannel(BaseChannel):
             log.warning("email.unreadable", uid=uid, error=str(exc))
             return
         if not message.is_from_me:
-            self._by_message.remember(point.message_id, point)
-            self._by_chat.remember(point.chat_jid, point)
+            self._by_message.put(point.message_id, point)
+            self._by_chat.put(point.chat_jid, point)
         try:
             await self.receive(message)
         except InvalidInput as exc:
@@ -319,8 +311,8 @@ class EmailChannel(BaseChannel):
             raise DeliveryFailed(f"SMTP {self._config.smtp_host} unreachable: {exc}") from exc
         sent_id = str(mail["Message-ID"])
         answered = point.answered_by(sent_id)
-        self._by_message.remember(sent_id, answered)
-        self._by_chat.remember(point.chat_jid, answered)
+        self._by_message.put(sent_id, answered)
+        self._by_chat.put(point.chat_jid, answered)
         return SendResult(platform_message_id=sent_id)
 
 

@@ -29,10 +29,9 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import httpx
@@ -59,6 +58,7 @@ from postroom.channels.mastodon.statuses import (
     status_texts,
     text_of,
 )
+from postroom.channels.recent import Recent
 from postroom.core.errors import InvalidInput, PostroomError
 from postroom.engine.delivery import DeliveryFailed, OutgoingChunk, SendResult
 
@@ -74,33 +74,11 @@ MAX_BACKOFF_S = 300.0
 #: Answers that reply to nothing are private to the person they address.
 DEFAULT_VISIBILITY = "direct"
 
-K = TypeVar("K")
-V = TypeVar("V")
 T = TypeVar("T")
 
 
 class MastodonUnavailable(PostroomError):
     """The instance refused the credentials or could not be reached."""
-
-
-class _Recent(Generic[K, V]):
-    """A bounded map that forgets its oldest entries."""
-
-    def __init__(self, size: int) -> None:
-        self._size = size
-        self._items: OrderedDict[K, V] = OrderedDict()
-
-    def get(self, key: K) -> V | None:
-        value = self._items.get(key)
-        if value is not None:
-            self._items.move_to_end(key)
-        return value
-
-    def put(self, key: K, value: V) -> None:
-        self._items[key] = value
-        self._items.move_to_end(key)
-        while len(self._items) > self._size:
-            self._items.popitem(last=False)
 
 
 class MastodonChannel(BaseChannel):
@@ -123,12 +101,12 @@ class MastodonChannel(BaseChannel):
         #: The newest notification ingested: the next poll asks for what came after it.
         self._cursor: str | None = None
         #: Status id → its visibility, for answers (asked from the instance when forgotten).
-        self._visibility: _Recent[str, str] = _Recent(4096)
+        self._visibility: Recent[str, str] = Recent(4096)
         #: Account id → its acct, for the mention that opens an answer (asked when forgotten).
-        self._accts: _Recent[str, str] = _Recent(4096)
+        self._accts: Recent[str, str] = Recent(4096)
         #: (message id, chat) → the last status posted for it and its visibility, so the next
         #: chunk continues the thread.
-        self._threads: _Recent[tuple[str, str], tuple[str, str]] = _Recent(1024)
+        self._threads: Recent[tuple[str, str], tuple[str, str]] = Recent(1024)
         #: Calls still running in a worker thread (waited for before the sessions close).
         self._calls: set[asyncio.Future[Any]] = set()
 

@@ -24,7 +24,6 @@ import asyncio
 import base64
 import contextlib
 import uuid
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
@@ -44,6 +43,7 @@ from postroom.channels.matrix.events import (
     strip_reply_fallback,
 )
 from postroom.channels.matrix.html import plain_and_html
+from postroom.channels.recent import Recent
 from postroom.core.errors import InvalidInput, PostroomError
 from postroom.core.jid import decode_id_part, make_jid, split_jid
 from postroom.core.messages import Attachment, InboundMessage
@@ -117,7 +117,7 @@ class MatrixChannel(BaseChannel):
         self._since: str | None = None
         self._user_id = config.user_id or ""
         self._display_name = ""
-        self._threads: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self._threads: Recent[tuple[str, str], str] = Recent(MAX_THREADS)
         self._ignored_invites: set[str] = set()
 
     @property
@@ -410,10 +410,7 @@ class MatrixChannel(BaseChannel):
 
     def _remember_thread(self, room_id: str, root: str) -> None:
         key = (room_id, normalize_topic(root))
-        self._threads[key] = root
-        self._threads.move_to_end(key)
-        while len(self._threads) > MAX_THREADS:
-            self._threads.popitem(last=False)
+        self._threads.put(key, root)
 
     # -- outbound --------------------------------------------------------------------------
     def _logged_in_client(self) -> Any:

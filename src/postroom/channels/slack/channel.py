@@ -17,9 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import aiohttp
 import httpx
@@ -37,6 +36,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from postroom.channels.base import BaseChannel, FormattingRejected, RateLimitedByPlatform
+from postroom.channels.recent import Recent
 from postroom.channels.slack.config import SlackConfig
 from postroom.channels.slack.events import (
     BotIdentity,
@@ -68,29 +68,6 @@ FORMAT_ERRORS = frozenset({"invalid_blocks", "invalid_blocks_format", "markdown_
 LOOKUP_TIMEOUT_S = 1.5
 MAX_BACKOFF_S = 60.0
 
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-class _Recent(Generic[K, V]):
-    """A bounded map that forgets its oldest entries (thread and name caches)."""
-
-    def __init__(self, size: int) -> None:
-        self._size = size
-        self._items: OrderedDict[K, V] = OrderedDict()
-
-    def get(self, key: K) -> V | None:
-        value = self._items.get(key)
-        if value is not None:
-            self._items.move_to_end(key)
-        return value
-
-    def put(self, key: K, value: V) -> None:
-        self._items[key] = value
-        self._items.move_to_end(key)
-        while len(self._items) > self._size:
-            self._items.popitem(last=False)
-
 
 class _ContextClock(SignatureClock):
     """The signature window measured on postroom's clock (tests move it by hand)."""
@@ -118,14 +95,14 @@ class SlackChannel(BaseChannel):
         self._socket: SocketModeClient | None = None
         self._task: asyncio.Task[None] | None = None
         self._bot: BotIdentity | None = None
-        self._kinds: _Recent[str, str] = _Recent(4096)
-        self._names: _Recent[str, str] = _Recent(4096)
+        self._kinds: Recent[str, str] = Recent(4096)
+        self._names: Recent[str, str] = Recent(4096)
         #: (channel, ts) of messages written inside a thread → that thread's ts.
-        self._parents: _Recent[tuple[str, str], str] = _Recent(4096)
+        self._parents: Recent[tuple[str, str], str] = Recent(4096)
         #: postroom message id → the thread its first chunk went to (later chunks follow).
-        self._sent_threads: _Recent[str, str] = _Recent(1024)
+        self._sent_threads: Recent[str, str] = Recent(1024)
         #: (channel, ts) ingested lately: the app_mention twin of a message is skipped.
-        self._seen: _Recent[tuple[str, str], bool] = _Recent(4096)
+        self._seen: Recent[tuple[str, str], bool] = Recent(4096)
 
     @property
     def config(self) -> SlackConfig:

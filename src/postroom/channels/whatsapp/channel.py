@@ -18,9 +18,8 @@ import base64
 import contextlib
 import hmac
 import json
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import httpx
 import structlog
@@ -29,6 +28,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from postroom.channels.base import BaseChannel, RateLimitedByPlatform
+from postroom.channels.recent import Recent
 from postroom.channels.whatsapp.config import WhatsAppConfig
 from postroom.channels.whatsapp.events import (
     MediaRef,
@@ -62,29 +62,6 @@ TYPING_RESEND_S = 20.0
 TYPING_TIMEOUT_S = 3.0
 VOICE_PLACEHOLDER = "[Voice message]"
 
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-class _Recent(Generic[K, V]):
-    """A bounded map that forgets its oldest entries."""
-
-    def __init__(self, size: int) -> None:
-        self._size = size
-        self._items: OrderedDict[K, V] = OrderedDict()
-
-    def get(self, key: K) -> V | None:
-        return self._items.get(key)
-
-    def put(self, key: K, value: V) -> None:
-        self._items[key] = value
-        self._items.move_to_end(key)
-        while len(self._items) > self._size:
-            self._items.popitem(last=False)
-
-    def pop(self, key: K) -> None:
-        self._items.pop(key, None)
-
 
 class WhatsAppChannel(BaseChannel):
     name = "whatsapp"
@@ -97,9 +74,9 @@ class WhatsAppChannel(BaseChannel):
         self._config = config
         self._http: httpx.AsyncClient | None = None
         #: chat → the last message received there (what a typing indicator is attached to).
-        self._last_received: _Recent[str, str] = _Recent(4096)
+        self._last_received: Recent[str, str] = Recent(4096)
         #: chat → (message id, when) of the indicator last shown there.
-        self._typing_shown: _Recent[str, tuple[str, float]] = _Recent(4096)
+        self._typing_shown: Recent[str, tuple[str, float]] = Recent(4096)
 
     @property
     def config(self) -> WhatsAppConfig:
