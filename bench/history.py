@@ -43,36 +43,21 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 def _row(seq: int, chat: str, conversation: int, assistant: bool) -> tuple[object, ...]:
     moment = (T0 + timedelta(seconds=seq)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    if assistant:
-        return (
-            f"m{seq}",
-            chat,
-            "bot",
-            "Postroom",
-            f"answer number {seq} " * 4,
-            moment,
-            1,
-            "assistant",
-            json.dumps({"job_id": seq}),
-            seq,
-            "message",
-            "",
-            None,
-            None,
-            "main",
-            0,
-            conversation,
-        )
+    sender, name, text, kind, metadata = (
+        ("bot", "Postroom", "answer", "assistant", json.dumps({"job_id": seq}))
+        if assistant
+        else ("bench:user/1", "Ann", "question", "user", "{}")
+    )
     return (
         f"m{seq}",
         chat,
-        "bench:user/1",
-        "Ann",
-        f"question number {seq} " * 4,
+        sender,
+        name,
+        f"{text} number {seq} " * 4,
         moment,
-        0,
-        "user",
-        "{}",
+        int(assistant),
+        kind,
+        metadata,
         seq,
         "message",
         "",

@@ -88,30 +88,19 @@ class Compactor:
     def window_for(self, settings: FolderSettings) -> int:
         return self._models.info(settings.model or settings.provider).context_window
 
-    async def maybe_compact(self, job: JobRecord, settings: FolderSettings) -> bool:
-        """Compact the turn's conversation if it is over the threshold; True if it was."""
-        async with self._store.read() as tx:
-            rows = await tx.uncompacted_messages(job.conversation_id)
-        return await self.compact(job, settings, rows)
-
-    def due(self, rows: Sequence[StoredMessage], settings: FolderSettings) -> bool:
-        """Whether a conversation whose un-compacted rows are *rows* is over the threshold."""
-        if len(rows) <= self._settings.keep_last:
-            return False
-        total = sum(self._tokens.count(row.content) for row in rows)
-        return total > self._settings.threshold * self.window_for(settings)
-
     async def compact(
         self, job: JobRecord, settings: FolderSettings, rows: Sequence[StoredMessage]
     ) -> bool:
         """Compact the conversation whose un-compacted rows are *rows*, if it is over the
         threshold; True if it was."""
-        if not self.due(rows, settings):
-            return False
         keep = self._settings.keep_last
+        if len(rows) <= keep:
+            return False
         counts = [self._tokens.count(row.content) for row in rows]
         total = sum(counts)
         limit = self._settings.threshold * self.window_for(settings)
+        if total <= limit:
+            return False
         older = rows[:-keep] if keep else rows
         text = transcript(older)
         log.info(
