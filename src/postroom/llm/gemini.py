@@ -122,9 +122,7 @@ class GeminiProvider:
         except genai_errors.APIError as exc:
             raise self._translate(exc) from exc
         except _TRANSPORT_ERRORS as exc:
-            raise ProviderError(
-                f"gemini: no answer for account {self.account!r} ({type(exc).__name__})"
-            ) from exc
+            raise self._unreachable(exc) from exc
         return self._response(chunks, model)
 
     async def check(self) -> str:
@@ -133,9 +131,7 @@ class GeminiProvider:
         except genai_errors.APIError as exc:
             raise self._translate(exc) from exc
         except _TRANSPORT_ERRORS as exc:
-            raise ProviderError(
-                f"gemini: no answer for account {self.account!r} ({type(exc).__name__})"
-            ) from exc
+            raise self._unreachable(exc) from exc
         shown = found.display_name or found.name or self.default_model
         return f"gemini account {self.account!r}: key accepted; {self.default_model} is {shown}"
 
@@ -185,6 +181,11 @@ class GeminiProvider:
             },
             tool_calls=calls,
             stop_reason=stop,
+        )
+
+    def _unreachable(self, exc: BaseException) -> ProviderError:
+        return ProviderError(
+            f"gemini: no answer for account {self.account!r} ({type(exc).__name__})"
         )
 
     def _translate(self, exc: genai_errors.APIError) -> ProviderError:
