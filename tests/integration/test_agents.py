@@ -13,7 +13,6 @@ that the replies queued on the fake are consumed in a known order.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import itertools
 import json
 import logging
@@ -62,7 +61,7 @@ from postroom.store.records import JobKind, JobRecord, JobStatus, RunRecord
 
 from fake_llm import FakeLLM, Received, Reply, serve
 from fakeclock import FakeClock
-from support import inbound
+from support import eventually, inbound
 
 # One fake Messages API per module (starting uvicorn costs ~0.2 s); each test starts from a clean
 # slate of recorded requests and queued replies.
@@ -185,23 +184,6 @@ class RecordingSink:
 
     def to(self, chat_jid: str) -> list[tuple[str, str]]:
         return [(c.message_type, c.content) for c in self.sent if c.chat_jid == chat_jid]
-
-
-async def eventually(
-    check: Callable[[], bool | Awaitable[bool]], what: str, *, timeout_s: float = 15.0
-) -> None:
-    """Wait (polling briefly) until *check* holds; fail naming *what* after a generous timeout."""
-    try:
-        async with asyncio.timeout(timeout_s):
-            while True:
-                result = check()
-                if inspect.isawaitable(result):
-                    result = await result
-                if result:
-                    return
-                await asyncio.sleep(0.01)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what}") from None
 
 
 @dataclass

@@ -5,7 +5,6 @@ and cancel, and the ``/stop`` and ``/status`` commands."""
 from __future__ import annotations
 
 import asyncio
-import inspect
 import itertools
 import re
 from collections import Counter, deque
@@ -31,7 +30,7 @@ from postroom.store import SqliteStore, Store, StoreTx
 from postroom.store.records import JobRecord, JobStatus
 
 from fakeclock import FakeClock
-from support import inbound, seed_spec_table
+from support import eventually, inbound, seed_spec_table
 
 OWNER = "telegram:user/1"
 QUEUE = QueueSettings(
@@ -230,23 +229,6 @@ async def rig(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Rig]:
 
 
 # -- helpers -----------------------------------------------------------------------------------
-async def eventually(
-    check: Callable[[], bool | Awaitable[bool]], what: str, *, timeout_s: float = 20.0
-) -> None:
-    """Wait (polling briefly) until *check* holds; fail with *what* after a generous timeout."""
-    try:
-        async with asyncio.timeout(timeout_s):
-            while True:
-                result = check()
-                if inspect.isawaitable(result):
-                    result = await result
-                if result:
-                    return
-                await asyncio.sleep(0.01)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what}") from None
-
-
 async def settled(services: Services, job_id: int, status: JobStatus = JobStatus.DONE) -> JobRecord:
     async def reached() -> bool:
         return (await services.turns.get_job(job_id)).status is status
