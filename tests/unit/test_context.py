@@ -109,6 +109,19 @@ def test_messages_another_pending_turn_answers_are_left_out() -> None:
     assert [m.content for m in arranged] == ["m1", "m2"]
 
 
+def test_messages_of_a_stopped_turn_are_left_out_of_every_later_turn() -> None:
+    m1, m2 = row("stopped question", id="a"), row("next question", id="b")
+    answered_by = {("a", m1.chat_jid): 1, ("b", m2.chat_jid): 2}
+    for turn in (2, 3):
+        arranged = arrange_history(
+            [m1, m2], turn=turn, answered_by=answered_by, pending=set(), stopped={1}
+        )
+        assert [m.content for m in arranged] == ["next question"]
+    # A stopped turn that runs again (retried by the operator) still sees its own rows.
+    arranged = arrange_history([m1], turn=1, answered_by=answered_by, pending={1}, stopped={1})
+    assert [m.content for m in arranged] == ["stopped question"]
+
+
 def test_answers_of_turns_without_rows_keep_their_place() -> None:
     prompt = row("daily summary please", MessageType.SYSTEM, sender="system")
     answer = row("summary", MessageType.ASSISTANT, sender="bot", job_id=9)

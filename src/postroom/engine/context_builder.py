@@ -30,7 +30,13 @@ from postroom.engine.memory import MemoryService, PromptMemory
 from postroom.engine.persona import PersonaSource
 from postroom.llm.base import ModelRequest
 from postroom.store.protocol import Store, StoreTx
-from postroom.store.records import CompactionRecord, ConversationRecord, JobKind, JobRecord
+from postroom.store.records import (
+    CompactionRecord,
+    ConversationRecord,
+    JobKind,
+    JobRecord,
+    JobStatus,
+)
 
 __all__ = ["ContextBuilder", "ContextSettings", "PreparedTurn"]
 
@@ -142,6 +148,11 @@ class ContextBuilder:
                     row.job_id
                     for row in rows
                     if row.job_id is not None and row.job_status in ("queued", "running")
+                },
+                stopped={
+                    row.job_id
+                    for row in rows
+                    if row.job_id is not None and row.job_status == JobStatus.CANCELLED.value
                 },
             )
             memory = None
