@@ -91,6 +91,24 @@ def test_consecutive_observed_rows_are_one_block_and_senders_are_named() -> None
     assert format_messages_for_sdk([row("hi")]) == [ContextMessage("user", "hi")]
 
 
+def test_the_asker_is_named_beside_observed_lines_even_when_they_are_the_same_person() -> None:
+    rows = [
+        row("we decided pizza", sender="discord:user/1", name="Alice", observed=True),
+        row("@Postroom what did we decide?", sender="discord:user/1", name="Alice"),
+    ]
+    assert format_messages_for_sdk(rows) == [
+        ContextMessage("user", "[Alice] we decided pizza"),
+        ContextMessage("user", "[Alice] @Postroom what did we decide?"),
+    ]
+
+
+def test_a_chat_known_to_have_several_people_names_a_lone_asker() -> None:
+    rows = [row("start over", sender="discord:user/2", name="Bob")]
+    assert format_messages_for_sdk(rows, multi_party=True) == [
+        ContextMessage("user", "[Bob] start over")
+    ]
+
+
 def test_a_follow_up_turn_sees_the_earlier_answer_before_its_own_messages() -> None:
     m1, m2, m3 = row("m1", id="a"), row("m2", id="b"), row("m3", id="c")
     answer1 = row("re m1", MessageType.ASSISTANT, sender="bot", job_id=1)  # stored after m2, m3

@@ -156,14 +156,16 @@ def format_messages_for_sdk(
     """The message list of a run, from stored rows in ``seq`` order.
 
     Filters ``host`` and ``trace`` rows and commands. With *multi_party* (by default: when the
-    rows hold more than one human sender) user text is prefixed ``[sender_name]``.
+    rows hold more than one human sender, or observed lines, which always carry their names)
+    every user row is prefixed ``[sender_name]``, the one that fires the turn included, so the
+    model can tell who asked (MESSAGES §5).
     """
     rows = [
         m for m in messages if m.message_type in CONTEXT_TYPES and not m.metadata.get("command")
     ]
     if multi_party is None:
-        senders = {m.sender for m in rows if m.message_type is MessageType.USER}
-        multi_party = len(senders) > 1
+        users = [m for m in rows if m.message_type is MessageType.USER]
+        multi_party = any(m.observed for m in users) or len({m.sender for m in users}) > 1
     out: list[ContextMessage] = []
     observed: list[str] = []
 
