@@ -385,10 +385,13 @@ async def test_a_scheduled_turn_runs_fresh_and_answers_the_tasks_chat_without_en
     # The request: the folder's persona in the system prompt, the prompt as the only message.
     (answer,) = [
         m
-        for m in await services.history.messages(chat_jid=task_chat(task.id))
+        for m in await services.history.messages(chat_jid=CHAT)
         if m.message_type is MessageType.ASSISTANT
     ]
     assert answer.id == done.answer_id and answer.run_id is not None
+    # MESSAGES §4: shown in the task's chat, outside every conversation.
+    assert answer.metadata["task_id"] == task.id
+    assert (answer.conversation_id, answer.routed_to) == (None, "reporter")
     run = await services.history.run(answer.run_id)
     assert run.system.startswith(PERSONA)
     assert CHAT in run.system
@@ -414,14 +417,17 @@ async def test_a_scheduled_turn_runs_fresh_and_answers_the_tasks_chat_without_en
 
     after = await services.tasks.get(task.id)
     assert after.last_status == "ok"
-    # The answer is not part of the task chat's history.
+    # The answer is in the chat's history, between what came before and after it.
     history = await services.history.messages(chat_jid=CHAT)
-    assert [m.content for m in history] == [
-        "the secret launch date is friday",
-        "do not tell anyone",
-        "nice report",
+    assert [(m.message_type, m.content) for m in history] == [
+        (MessageType.USER, "the secret launch date is friday"),
+        (MessageType.USER, "do not tell anyone"),
+        (MessageType.ASSISTANT, "[system] Post the morning report."),
+        (MessageType.USER, "nice report"),
     ]
-    assert all(m.message_type is MessageType.USER for m in history)
+    # The task's own conversation keeps the prompt and the run's traces, not the answer.
+    task_rows = await services.history.messages(chat_jid=task_chat(task.id))
+    assert {m.message_type for m in task_rows} == {MessageType.SYSTEM, MessageType.TRACE}
 
     # The next run is a new generation: the earlier prompt and answer are not in its context.
     clock.advance(hours=1)
@@ -431,7 +437,7 @@ async def test_a_scheduled_turn_runs_fresh_and_answers_the_tasks_chat_without_en
     assert second.conversation_id != done.conversation_id
     answers = [
         m
-        for m in await services.history.messages(chat_jid=task_chat(task.id))
+        for m in await services.history.messages(chat_jid=CHAT)
         if m.message_type is MessageType.ASSISTANT
     ]
     assert [a.id for a in answers] == [done.answer_id, second.answer_id]
@@ -445,6 +451,34 @@ async def test_a_scheduled_turn_runs_fresh_and_answers_the_tasks_chat_without_en
     ]
     async with services.store.read() as tx:
         assert (await tx.chat_state(CHAT)).engagements == {}
+
+
+async def test_a_scheduled_answer_never_enters_a_later_context_of_its_chat(
+    services: Services, clock: FakeClock, scheduler: Scheduler, workers: WorkerPool
+) -> None:
+    await services.routes.add_route(0, f"chat_jid={CHAT}", "reporter", actor="test")
+    asked = await services.ingest.ingest(inbound(CHAT, "good morning"))
+    assert asked.decision.job_id is not None
+    assert (await finished(services, asked.decision.job_id)).status is JobStatus.DONE
+    await add_task(services, "every 1h", prompt="Post the morning report.")
+    clock.advance(hours=1)
+    (job_id,) = await scheduler.tick()
+    assert (await finished(services, job_id)).status is JobStatus.DONE
+
+    later = await services.ingest.ingest(inbound(CHAT, "thanks"))
+    assert later.decision.job_id is not None
+    done = await finished(services, later.decision.job_id)
+    (answer,) = [
+        m for m in await services.history.messages(chat_jid=CHAT) if m.id == done.answer_id
+    ]
+    assert answer.run_id is not None
+    run = await services.history.run(answer.run_id)
+    # The conversation of the chat with the folder: its own exchange only.
+    assert run.messages == [
+        {"role": "user", "content": "good morning"},
+        {"role": "assistant", "content": "good morning"},
+        {"role": "user", "content": "thanks"},
+    ]
 
 
 async def drain(loop: DeliveryLoop) -> None:
