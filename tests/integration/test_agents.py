@@ -830,6 +830,24 @@ async def test_a_conductor_creates_agents_and_tasks_but_cannot_update_itself(
     )
 
 
+async def test_a_heartbeat_faster_than_the_scheduler_tick_is_refused_naming_it(
+    rig: Rig, fake: FakeLLM
+) -> None:
+    await conductor(rig)
+    fake.answer(
+        MESSAGES,
+        text_reply("Done.\n[CREATE_HEARTBEAT]\nevery: 5s\nprompt: ping\n[/CREATE_HEARTBEAT]"),
+    )
+    await rig.answer(CHAT, "ping me every five seconds")
+    await eventually(lambda: len(rig.sink.to(CHAT)) >= 2, "the answer and the notice")
+    notices = [m.content for m in await rig.of_type(CHAT, MessageType.HOST)]
+    assert notices == [
+        "⚠️ CREATE_HEARTBEAT not applied: every 5s is more often than the scheduler's tick "
+        "(10s) can run it; use every 10s or longer, or lower [scheduler] tick."
+    ]
+    assert await rig.services.tasks.list() == []
+
+
 async def test_conductor_tags_are_plain_text_for_an_ordinary_agent(rig: Rig, fake: FakeLLM) -> None:
     await main_folder(rig)
     raw = "Here you go:\n[CREATE_AGENT]\npath: main/helper\n[/CREATE_AGENT]"

@@ -36,7 +36,7 @@ from postroom.engine.delivery import (
     SinkRouter,
 )
 from postroom.engine.runner import ProviderRunner
-from postroom.engine.tasks import Scheduler, task_chat
+from postroom.engine.tasks import Scheduler, TaskService, task_chat
 from postroom.engine.worker import ContextSettings, WorkerPool
 from postroom.llm.echo import EchoProvider
 from postroom.store.records import JobKind, JobRecord, JobStatus, TaskRecord
@@ -117,6 +117,13 @@ async def test_add_validates_with_a_clear_message(services: Services) -> None:
         ({}, "61 * * * *", "Write it.", "61"),
         ({}, "every 30m", "   ", "prompt"),
         ({"tz": "Mars/Olympus"}, "0 9 * * *", "Write it.", "Mars/Olympus"),
+        # A one-shot time already past (the clock reads 2026-01-05 12:00 UTC), or now.
+        ({}, "2026-01-05T11:00:00Z", "Write it.", "is in the past"),
+        ({}, "2026-01-05T12:00Z", "Write it.", "2026-01-05T12:00Z is in the past"),
+        ({"tz": "Europe/Berlin"}, "2026-01-05T12:30", "Write it.", "in the past"),  # 11:30 UTC
+        # An interval the tick (10 s by default) cannot keep names the tick.
+        ({}, "every 1s", "Write it.", "scheduler's tick (10s)"),
+        ({}, "every 9s", "Write it.", "use every 10s or longer"),
     ]
     for extra, schedule, prompt, named in cases:
         with pytest.raises(InvalidInput) as caught:
@@ -142,9 +149,11 @@ async def test_add_computes_the_first_run(services: Services, clock: FakeClock) 
 
     once = await add_task(services, "2026-02-01T10:00:00Z")
     assert once.next_run == datetime(2026, 2, 1, 10, 0, tzinfo=UTC)
-    # An overdue one-shot still runs once.
-    overdue = await add_task(services, "2026-01-05T11:00:00Z")
-    assert overdue.next_run == datetime(2026, 1, 5, 11, 0, tzinfo=UTC)
+    soon = await add_task(services, "2026-01-05T12:00:01Z")
+    assert soon.next_run == datetime(2026, 1, 5, 12, 0, 1, tzinfo=UTC)
+    # The shortest interval is the tick itself.
+    tick = await add_task(services, "every 10s")
+    assert tick.next_run == T0 + timedelta(seconds=10)
 
     listed = await services.tasks.list()
     assert [t.id for t in listed] == [
@@ -153,9 +162,30 @@ async def test_add_computes_the_first_run(services: Services, clock: FakeClock) 
         weekdays.id,
         berlin.id,
         once.id,
-        overdue.id,
+        soon.id,
+        tick.id,
     ]
     assert listed[3].tz == "Europe/Berlin"
+
+
+async def test_the_shortest_interval_follows_the_configured_tick(
+    services: Services, clock: FakeClock
+) -> None:
+    coarse = TaskService(
+        store=services.store,
+        catalog=services.catalog,
+        signals=services.signals,
+        clock=clock,
+        tick_s=60,
+    )
+    with pytest.raises(InvalidInput, match=r"every 30s is more often than .* tick \(1m\)"):
+        await coarse.add(
+            folder="reporter", chat_jid=CHAT, schedule="every 30s", prompt="x", actor="test"
+        )
+    task = await coarse.add(
+        folder="reporter", chat_jid=CHAT, schedule="every 1m", prompt="x", actor="test"
+    )
+    assert task.next_run == T0 + timedelta(minutes=1)
 
 
 async def test_pause_resume_and_remove(
@@ -636,5 +666,21 @@ def test_tasks_commands_through_the_cli(tmp_path: Path) -> None:
         "x",
     )
     assert "nosuch" in sentence
+    past = ("--schedule", "2020-01-01T09:00", "--prompt", "x")
+    where = ("tasks", "add", "--folder", "main", "--chat-jid", "web:main/anon-1")
+    assert "2020-01-01T09:00 is in the past" in bad(data, *where, *past)
+    fast = ("--schedule", "every 5s", "--prompt", "x")
+    assert "scheduler's tick (10s)" in bad(data, *where, *fast)
+    # The tick the server is configured with is the one that counts.
+    result = cli(
+        data,
+        *where,
+        "--schedule",
+        "every 30s",
+        "--prompt",
+        "x",
+        env={"POSTROOM_SCHEDULER__TICK": "1m"},
+    )
+    assert result.exit_code == 1 and "tick (1m)" in result.stderr, describe(result)
     assert "999" in bad(data, "tasks", "pause", "999")
     assert [t["id"] for t in ok_json(data, "tasks", "list")] == [added["id"]]
