@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 
 import structlog
 
+from postroom.core.durations import spoken_duration
 from postroom.core.folders import FolderDefaults, FolderSettings
 from postroom.engine.answer import AnswerWriter
 from postroom.engine.catalog import Catalog
@@ -412,9 +413,21 @@ class WorkerPool:
                     error=error,
                 ):
                     return
+                if attempts == 1:
+                    # The typing indicator has stopped; say why the answer is late rather than
+                    # leave minutes of silence (later retries are not announced again).
+                    for chat_jid in _reply_chats(job):
+                        await post_notice(
+                            tx,
+                            chat_jid,
+                            f"⚠️ trying again in {spoken_duration(delay_s)}",
+                            clock=self._clock,
+                            topic=job.topic,
+                            metadata={"source": "turn_retry", "job_id": job.id},
+                        )
         self._metrics.turn("error", None)
         log.warning("turn.failed", job_id=job.id, attempts=attempts, final=final, error=error)
-        if final:
+        if final or attempts == 1:
             self._signals.deliveries.wake()
             self._signals.stored.wake()
 
