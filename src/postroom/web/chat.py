@@ -175,9 +175,7 @@ class WebChat:
                 )
             async with asyncio.TaskGroup() as group:
                 reader = group.create_task(self._read(websocket, visitor))
-                writer = group.create_task(
-                    self._write(websocket, visitor, subscription, last_seq)
-                )
+                writer = group.create_task(self._write(websocket, visitor, subscription, last_seq))
                 done, _ = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
                 for task in (reader, writer):
                     if task not in done:
