@@ -21,7 +21,7 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
 from e2e_harness import ServerProcess
-from fake_openai import FlakyChatCompletions, serve_app
+from fake_openai import FlakyChatCompletions, serve_app, serve_env
 
 StartServer = Callable[..., ServerProcess]
 WAIT_S = 20.0
@@ -182,13 +182,7 @@ async def test_when_the_model_is_down_a_visitor_sees_typing_stop_and_when_it_tri
 ) -> None:
     fake = FlakyChatCompletions(seed=7, server_error_share=1.0, rate_limit_share=0.0)
     async with serve_app(fake.app) as url:
-        env = {
-            "POSTROOM_DEFAULTS__PROVIDER": "openai",
-            "POSTROOM_DEFAULTS__MODEL": "gpt-down",
-            "POSTROOM_PROVIDERS__OPENAI__BASE_URL": f"{url}/v1",
-            "POSTROOM_PROVIDERS__OPENAI__API_KEYS": '["sk-down-test"]',
-        }
-        server = await asyncio.to_thread(start_server, env)
+        server = await asyncio.to_thread(start_server, serve_env(url, model="gpt-down"))
         async with page(server) as visitor:
             await visitor.send("are you there?")
             notice = await visitor.until(

@@ -7,14 +7,14 @@ records every request; the assertions read what the model was sent."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
 
 from e2e_harness import ServerProcess, api_client, list_jobs
-from fake_openai import FlakyChatCompletions, serve_app
+from fake_openai import FlakyChatCompletions, serve_app, serve_env
 
 StartServer = Callable[..., ServerProcess]
 
@@ -48,22 +48,13 @@ async def answered(http: httpx.AsyncClient, job_id: int) -> None:
             await asyncio.sleep(0.05)
 
 
-def env_for(url: str) -> Mapping[str, str]:
-    return {
-        "POSTROOM_DEFAULTS__PROVIDER": "openai",
-        "POSTROOM_DEFAULTS__MODEL": "gpt-who-asked",
-        "POSTROOM_PROVIDERS__OPENAI__BASE_URL": f"{url}/v1",
-        "POSTROOM_PROVIDERS__OPENAI__API_KEYS": '["sk-who-asked-test"]',
-    }
-
-
 @pytest.mark.timeout(90)
 async def test_the_model_is_told_who_asked_in_a_chat_of_several_people(
     start_server: StartServer,
 ) -> None:
     fake = FlakyChatCompletions(seed=1, server_error_share=0.0, rate_limit_share=0.0)
     async with serve_app(fake.app) as url:
-        server = await asyncio.to_thread(start_server, env_for(url))
+        server = await asyncio.to_thread(start_server, serve_env(url, model="gpt-who-asked"))
         async with api_client(server) as http:
             # "Answer only when called, but keep the context" (ROUTING §5) in one group.
             group = "api:group/1"
