@@ -184,7 +184,8 @@ class WebChat:
             pass
         finally:
             subscription.close()
-            with contextlib.suppress(RuntimeError):
+            # The page may be gone already: closing a socket the client closed is no error.
+            with contextlib.suppress(RuntimeError, WebSocketDisconnect):
                 await websocket.close()
 
     async def _write(
