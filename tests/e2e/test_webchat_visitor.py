@@ -149,6 +149,7 @@ async def test_a_visitor_sees_what_a_platform_chat_shows_and_the_operator_everyt
         assert {m["chat_jid"] for m in seen} == {chat}
         assert {m["id"]: internals(m) for m in seen} == {m["id"]: [] for m in seen}
         assert seen[2]["metadata"] == {"command": True}  # shown as a command
+        assert seen[3]["metadata"] == {}
         # Typing, without the folder.
         typing = visitor.typing()
         assert typing and all(set(f) == {"type", "chat_jid", "active"} for f in typing), typing

@@ -172,8 +172,8 @@ class StoreTx(Protocol):
         ...
 
     async def several_senders(self, chat_jid: str, *, within: int) -> bool:
-        """Whether the newest *within* ``user`` rows of the chat come from more than one sender
-        (MESSAGES §5: such a chat names who said what to the model)."""
+        """Whether the newest *within* ``user`` rows of the chat (not the bot's own echoes) come
+        from more than one sender (MESSAGES §5: such a chat names who said what to the model)."""
         ...
 
     async def conversation_messages(self, conversation_id: int, *, limit: int) -> list[TurnRow]:

@@ -285,4 +285,6 @@ def _view(visitor: _Visitor, message: dict[str, Any]) -> dict[str, Any] | None:
     if not shown_to_chat(str(message.get("message_type")), metadata):
         return None
     kept = {key: metadata[key] for key in _VISITOR_METADATA if key in metadata}
+    if kept.get("command") is not True:  # a notice's metadata names the command it answers
+        kept.pop("command", None)
     return {**message, "routed_to": None, "run_id": None, "metadata": kept}

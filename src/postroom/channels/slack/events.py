@@ -117,7 +117,6 @@ class SlackCommand:
     #: ``dm`` or ``group`` when the payload says so, else ``None`` (the channel is asked).
     kind: str | None
     user_id: str
-    user_name: str
     trigger_id: str
 
     @property
@@ -167,7 +166,6 @@ def parse_slash_command(fields: Mapping[str, Any]) -> SlackCommand:
         channel_id=channel_id,
         kind=kind or kind_of_channel(None, channel_id),
         user_id=user_id,
-        user_name=str(fields.get("user_name") or ""),
         trigger_id=str(fields.get("trigger_id") or "")[:200],
     )
 

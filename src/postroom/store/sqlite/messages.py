@@ -143,7 +143,8 @@ class MessageStatements(Statements):
         # Bounded: a walk back along idx_messages_chat_seq, however long the chat is.
         row = await self._one(
             "SELECT COUNT(DISTINCT sender) > 1 FROM (SELECT sender FROM messages "
-            "WHERE chat_jid = ? AND message_type = 'user' ORDER BY seq DESC LIMIT ?)",
+            "WHERE chat_jid = ? AND message_type = 'user' AND is_from_me = 0 "
+            "ORDER BY seq DESC LIMIT ?)",
             (chat_jid, within),
         )
         return bool(row and row[0])
