@@ -605,7 +605,9 @@ async def test_a_server_error_retries_the_turn_after_its_backoff(
     assert job.last_error is not None and "HTTP 500" in job.last_error
     await asyncio.sleep(0.2)  # several backstop polls: not due yet, not run again
     assert len(fake.received) == 1
-    assert await rig.of_type(CHAT, MessageType.HOST) == []
+    # The chat is told how long it will wait, once.
+    (notice,) = await rig.of_type(CHAT, MessageType.HOST)
+    assert notice.content == "⚠️ trying again in 2 minutes"
 
     fake.answer(MESSAGES, text_reply("Sorry for the wait."))
     clock.advance(seconds=120)
@@ -614,7 +616,9 @@ async def test_a_server_error_retries_the_turn_after_its_backoff(
     (answer,) = await rig.of_type(CHAT, MessageType.ASSISTANT)
     assert answer.content == "Sorry for the wait." and job.answer_id == answer.id
     assert [r.outcome for r in await rig.runs()] == ["error", "ok"]
-    await rig.delivered(CHAT, ("assistant", "Sorry for the wait."))
+    await rig.delivered(
+        CHAT, ("host", "⚠️ trying again in 2 minutes"), ("assistant", "Sorry for the wait.")
+    )
 
 
 # --------------------------------------------------------------------------- the tool loop
