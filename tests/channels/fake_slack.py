@@ -1,7 +1,8 @@
 """A fake Slack speaking the Web API's wire format (``/api/<method>``: form, query or JSON in,
 ``{"ok": …}`` out), serving private files behind the bot token, and a Socket Mode WebSocket
-(``hello``, ``events_api`` envelopes, acks back). Plus helpers that build and sign Events API
-requests as Slack does: ``v0=HMAC-SHA256("v0:{ts}:{body}")``."""
+(``hello``, ``events_api`` and ``slash_commands`` envelopes, acks back). Plus helpers that build
+and sign Events API and slash command requests as Slack does:
+``v0=HMAC-SHA256("v0:{ts}:{body}")``."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import hashlib
 import hmac
 import itertools
 import json
+import urllib.parse
 import uuid
 from collections import defaultdict
 from typing import Any
@@ -45,6 +47,8 @@ class FakeSlack:
         # Socket Mode
         self.envelopes: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.acks: list[str] = []
+        #: The payload of each ack that carried one (a slash command's answer), by envelope.
+        self.ack_payloads: dict[str, Any] = {}
         self.socket_opened = asyncio.Event()
 
     def app(self) -> Starlette:
@@ -147,6 +151,8 @@ class FakeSlack:
         async def read() -> None:
             while True:
                 data = json.loads(await websocket.receive_text())
+                if "payload" in data:
+                    self.ack_payloads[str(data.get("envelope_id"))] = data["payload"]
                 self.acks.append(str(data.get("envelope_id")))
 
         async def write() -> None:
@@ -178,6 +184,19 @@ class FakeSlack:
                 "accepts_response_payload": False,
                 "retry_attempt": 0,
                 "retry_reason": "",
+            }
+        )
+        return envelope_id
+
+    def push_command(self, fields: dict[str, str]) -> str:
+        """Send a slash command over the socket (its own envelope type); return its id."""
+        envelope_id = uuid.uuid4().hex
+        self.envelopes.put_nowait(
+            {
+                "envelope_id": envelope_id,
+                "payload": fields,
+                "type": "slash_commands",
+                "accepts_response_payload": True,
             }
         )
         return envelope_id
@@ -224,15 +243,53 @@ def message_event(
     return event
 
 
+def slash_command(
+    command: str,
+    text: str = "",
+    *,
+    channel: str = "C1GENERAL",
+    channel_name: str = "general",
+    user: str = "U1ALICE",
+) -> dict[str, str]:
+    """The fields Slack sends when someone types a registered slash command."""
+    return {
+        "token": "legacy-verification-token",
+        "team_id": TEAM,
+        "team_domain": "acme",
+        "channel_id": channel,
+        "channel_name": channel_name,
+        "user_id": user,
+        "user_name": "alice",
+        "command": command,
+        "text": text,
+        "api_app_id": "A0APP",
+        "response_url": f"https://hooks.slack.com/commands/{TEAM}/1/x",
+        "trigger_id": f"{uuid.uuid4().int % 10**12}.{uuid.uuid4().hex}",
+    }
+
+
 def signed(
     payload: dict[str, Any], *, timestamp: int, secret: str = SIGNING_SECRET
 ) -> tuple[bytes, dict[str, str]]:
     """The body and headers Slack sends for *payload* at *timestamp*."""
-    body = json.dumps(payload).encode()
+    return _signed(json.dumps(payload).encode(), "application/json", timestamp, secret)
+
+
+def signed_form(
+    fields: dict[str, str], *, timestamp: int, secret: str = SIGNING_SECRET
+) -> tuple[bytes, dict[str, str]]:
+    """The body and headers of a slash command request (a form, signed like events)."""
+    body = urllib.parse.urlencode(fields).encode()
+    return _signed(body, "application/x-www-form-urlencoded", timestamp, secret)
+
+
+def _signed(
+    body: bytes, content_type: str, timestamp: int, secret: str
+) -> tuple[bytes, dict[str, str]]:
     base = b"v0:" + str(timestamp).encode() + b":" + body
     signature = "v0=" + hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
     return body, {
-        "content-type": "application/json",
+        "content-type": content_type,
         "x-slack-request-timestamp": str(timestamp),
         "x-slack-signature": signature,
     }

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import random
 import time
 from collections import Counter
@@ -25,7 +26,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-__all__ = ["Call", "FlakyChatCompletions", "fault_statuses", "serve_app"]
+__all__ = ["Call", "FlakyChatCompletions", "fault_statuses", "serve_app", "serve_env"]
+
+
+def serve_env(url: str, *, model: str, key: str = "sk-e2e-test-key") -> dict[str, str]:
+    """The variables that point ``postroom serve``'s default provider at the fake at *url*."""
+    return {
+        "POSTROOM_DEFAULTS__PROVIDER": "openai",
+        "POSTROOM_DEFAULTS__MODEL": model,
+        "POSTROOM_PROVIDERS__OPENAI__BASE_URL": f"{url}/v1",
+        "POSTROOM_PROVIDERS__OPENAI__API_KEYS": json.dumps([key]),
+    }
 
 
 def fault_statuses(

@@ -464,14 +464,27 @@ def _verify_flaky(
 
     answers_of = _answers_by_job(messages)
     notices_of: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+    retries_of: dict[Any, list[dict[str, Any]]] = defaultdict(list)
     for message in messages:
         if message["message_type"] == "host":
-            if message["metadata"].get("source") != "turn_failed":
+            source = message["metadata"].get("source")
+            if source == "turn_retry":
+                # The first failed run of a turn says when it tries again, once per chat.
+                retries_of[message["metadata"].get("job_id")].append(message)
+                if not message["content"].startswith("⚠️ trying again in "):
+                    problems.append(f"a malformed retry notice: {message}")
+                continue
+            if source != "turn_failed":
                 problems.append(f"an unexpected host notice: {message}")
             notices_of[message["metadata"].get("job_id")].append(message)
+    for job_id, retries in retries_of.items():
+        if len(retries) != len({r["chat_jid"] for r in retries}):
+            problems.append(f"job {job_id} announced its retry more than once: {retries}")
     for job in sorted(jobs, key=lambda j: j["id"]):
         answers = answers_of.get(job["id"], [])
         notices = notices_of.get(job["id"], [])
+        if job["status"] == "failed" and not retries_of.get(job["id"]):
+            problems.append(f"failed job {job['id']} never said it would try again")
         if job["status"] == "done":
             problems.extend(_check_answer(job, answers, by_id))
             if notices:

@@ -13,6 +13,7 @@ import time
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -130,9 +131,12 @@ def test_type_see_answer_typing_and_host_notice(server: Server, browser: Browser
     chat = mine.first.get_attribute("data-chat")
     assert chat is not None and re.fullmatch(r"web:main/anon-[0-9a-f]+", chat)
 
-    # With the echo provider, the page says how to configure a real model.
-    hint = page.locator('[data-testid="message"][data-type="host"][data-id="setup-hint"]')
-    expect(hint).to_contain_text("ANTHROPIC_API_KEY")
+    # A visitor sees what a platform chat shows (MESSAGES §5): no set-up hint for the operator,
+    # no run details or traces, no folder names.
+    assert page.locator('[data-testid="message"][data-id="setup-hint"]').count() == 0
+    assert page.locator('[data-testid="message"][data-type="trace"]').count() == 0
+    assert answer.locator(".folder").count() == 0
+    assert "ANTHROPIC_API_KEY" not in page.locator("#messages").inner_text()
 
     # A steering command is answered with a host notice, rendered as one.
     _send(page, "#support")
@@ -153,6 +157,9 @@ def test_type_see_answer_typing_and_host_notice(server: Server, browser: Browser
 def test_operator_sees_other_chats_live(server: Server, browser: Browser) -> None:
     operator = _open(browser, f"{server.url}/?token={server.token}")
     expect(operator.locator("#operator")).to_be_visible()
+    # With the echo provider, the operator's page says how to configure a real model.
+    hint = operator.locator('[data-testid="message"][data-type="host"][data-id="setup-hint"]')
+    expect(hint).to_contain_text("ANTHROPIC_API_KEY")
     visitor = _open(browser, server.url + "/chat/support")
     # A message from another chat (through the HTTP API) appears live in the operator view...
     response = httpx.post(
@@ -177,6 +184,15 @@ def test_operator_sees_other_chats_live(server: Server, browser: Browser) -> Non
     expect(visitor_chat.first).to_be_visible(timeout=15_000)
     chat = visitor_chat.first.get_attribute("data-chat")
     assert chat is not None and chat.startswith("web:support/anon-")
+    # The operator sees the run behind the answer (its traces) and the folder; the visitor not.
+    expect(
+        operator.locator(f'[data-testid="message"][data-type="trace"][data-chat="{chat}"]').first
+    ).to_be_attached(timeout=10_000)
+    expect(visitor_chat.first.locator(".folder")).to_have_text("main")
+    answer = visitor.locator('[data-testid="message"][data-type="assistant"]')
+    expect(answer).to_have_count(1, timeout=10_000)
+    assert answer.locator(".folder").count() == 0
+    assert visitor.locator('[data-testid="message"][data-type="trace"]').count() == 0
     # The anonymous page sees only its own chat.
     time.sleep(0.5)
     chats = {
@@ -209,7 +225,7 @@ def test_a_scheduled_answer_reaches_the_page(server: Server, browser: Browser) -
         timeout=10,
     )
     assert response.status_code == 201, response.text
-    # "every 1h" first runs an hour from now: a one-shot in the past runs at the next tick.
+    # A one-shot in the past is refused (PIPELINE §7)...
     response = httpx.post(
         f"{server.url}/api/v1/tasks",
         headers={"Authorization": f"Bearer {server.token}"},
@@ -217,10 +233,24 @@ def test_a_scheduled_answer_reaches_the_page(server: Server, browser: Browser) -
             "folder": "main",
             "chat_jid": chat,
             "schedule": "2020-01-01T00:00:00Z",
-            "prompt": "the scheduled digest",
+            "prompt": "x",
         },
+        timeout=10,
+    )
+    assert response.status_code == 400 and "in the past" in response.json()["error"]
+    # ...one in two seconds runs at the tick after it ("every 1h" first runs in an hour).
+    soon = (datetime.now(UTC) + timedelta(seconds=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    response = httpx.post(
+        f"{server.url}/api/v1/tasks",
+        headers={"Authorization": f"Bearer {server.token}"},
+        json={"folder": "main", "chat_jid": chat, "schedule": soon, "prompt": "the digest"},
         timeout=10,
     )
     assert response.status_code == 201, response.text
     scheduled = page.locator('[data-testid="message"][data-type="assistant"]', has_text="digest")
-    expect(scheduled.first).to_be_visible(timeout=20_000)
+    expect(scheduled).to_have_count(1, timeout=20_000)
+    # It is in the chat's history (MESSAGES §4): still there, once, after a reload.
+    page.reload()
+    expect(
+        page.locator('[data-testid="message"][data-type="assistant"]', has_text="digest")
+    ).to_have_count(1, timeout=10_000)

@@ -605,7 +605,9 @@ async def test_a_server_error_retries_the_turn_after_its_backoff(
     assert job.last_error is not None and "HTTP 500" in job.last_error
     await asyncio.sleep(0.2)  # several backstop polls: not due yet, not run again
     assert len(fake.received) == 1
-    assert await rig.of_type(CHAT, MessageType.HOST) == []
+    # The chat is told how long it will wait, once.
+    (notice,) = await rig.of_type(CHAT, MessageType.HOST)
+    assert notice.content == "⚠️ trying again in 2 minutes"
 
     fake.answer(MESSAGES, text_reply("Sorry for the wait."))
     clock.advance(seconds=120)
@@ -614,7 +616,9 @@ async def test_a_server_error_retries_the_turn_after_its_backoff(
     (answer,) = await rig.of_type(CHAT, MessageType.ASSISTANT)
     assert answer.content == "Sorry for the wait." and job.answer_id == answer.id
     assert [r.outcome for r in await rig.runs()] == ["error", "ok"]
-    await rig.delivered(CHAT, ("assistant", "Sorry for the wait."))
+    await rig.delivered(
+        CHAT, ("host", "⚠️ trying again in 2 minutes"), ("assistant", "Sorry for the wait.")
+    )
 
 
 # --------------------------------------------------------------------------- the tool loop
@@ -828,6 +832,24 @@ async def test_a_conductor_creates_agents_and_tasks_but_cannot_update_itself(
         "0 9 * * *",
         "morning digest",
     )
+
+
+async def test_a_heartbeat_faster_than_the_scheduler_tick_is_refused_naming_it(
+    rig: Rig, fake: FakeLLM
+) -> None:
+    await conductor(rig)
+    fake.answer(
+        MESSAGES,
+        text_reply("Done.\n[CREATE_HEARTBEAT]\nevery: 5s\nprompt: ping\n[/CREATE_HEARTBEAT]"),
+    )
+    await rig.answer(CHAT, "ping me every five seconds")
+    await eventually(lambda: len(rig.sink.to(CHAT)) >= 2, "the answer and the notice")
+    notices = [m.content for m in await rig.of_type(CHAT, MessageType.HOST)]
+    assert notices == [
+        "⚠️ CREATE_HEARTBEAT not applied: every 5s is more often than the scheduler's tick "
+        "(10s) can run it; use every 10s or longer, or lower [scheduler] tick."
+    ]
+    assert await rig.services.tasks.list() == []
 
 
 async def test_conductor_tags_are_plain_text_for_an_ordinary_agent(rig: Rig, fake: FakeLLM) -> None:

@@ -1171,6 +1171,8 @@ BAD_TASK_CHANGES: list[Any] = [
     {"chat_jid": "nocolon"},
     {"folder": "no-such-folder"},
     {"priority": 1},
+    {"schedule": "2020-01-01T09:00Z"},  # a one-shot in the past
+    {"schedule": "every 1s"},  # more often than the scheduler's tick
 ]
 
 

@@ -609,3 +609,70 @@ async def test_stop_cancels_the_running_turn_and_status_reports_the_queue(rig: R
     # The commands themselves never reach a model.
     assert user_texts(runner.requests[1]) == ["b"]
     assert [a.content for a in await answers(services, chat_b)] == ["b"]
+
+
+async def test_stop_answers_the_stopped_question_and_the_followup_only_what_came_after(
+    rig: Rig,
+) -> None:
+    services = await rig.open()
+    runner = GatedRunner(open_gate=False)
+    await rig.start_pool(services, runner, max_concurrent_turns=1)
+    chat = "telegram:group/5"
+    stopped = await fire(services, chat, "write me a very long essay")
+    await eventually(lambda: runner.total == 1, "the first turn to start")
+    followup = await fire(services, chat, "never mind: what time is it?")
+    assert followup != stopped
+
+    assert await command(services, chat, "/stop") == f"stopped the turn in progress (job {stopped})"
+    await eventually(lambda: runner.cancelled() == [0], "the running call to be cancelled")
+    runner.gate.set()
+    await settled(services, followup)
+    # ROUTING §3.1: the cancellation answered the stopped question; the follow-up answers
+    # only what came after it.
+    assert user_texts(runner.requests[1]) == ["never mind: what time is it?"]
+    assert [a.content for a in await answers(services, chat)] == ["never mind: what time is it?"]
+
+    # Nor does any later turn take the stopped question up.
+    later = await fire(services, chat, "thanks")
+    await settled(services, later)
+    assert user_texts(runner.requests[2]) == ["never mind: what time is it?", "thanks"]
+    assert [a.content for a in await answers(services, chat)][-1] == "thanks"
+
+
+async def test_stop_with_nothing_queued_leaves_the_question_answered(rig: Rig) -> None:
+    services = await rig.open()
+    runner = GatedRunner(open_gate=False)
+    await rig.start_pool(services, runner, max_concurrent_turns=1)
+    chat = "telegram:group/5"
+    stopped = await fire(services, chat, "first")
+    await eventually(lambda: runner.total == 1, "the turn to start")
+    await command(services, chat, "/stop")
+    await settled(services, stopped, JobStatus.CANCELLED)
+    runner.gate.set()
+    later = await fire(services, chat, "second")
+    await settled(services, later)
+    assert user_texts(runner.requests[-1]) == ["second"]
+    assert [a.content for a in await answers(services, chat)] == ["second"]
+
+
+async def test_stop_cancels_a_turn_waiting_to_be_retried(rig: Rig, clock: FakeClock) -> None:
+    services = await rig.open()
+    runner = GatedRunner(failures=[ProviderError("anthropic answered HTTP 500", retryable=True)])
+    await rig.start_pool(services, runner, max_concurrent_turns=1)
+    chat = "telegram:group/5"
+    waiting = await fire(services, chat, "first")
+    await eventually(lambda: runner.events[-1:] == [("failed", 0)], "the first run to fail")
+
+    async def retry_due() -> bool:
+        job = await services.turns.get_job(waiting)
+        return job.status is JobStatus.QUEUED and job.attempts == 1
+
+    await eventually(retry_due, "the turn to wait for its retry")
+    ack = await command(services, chat, "/stop")
+    assert ack == f"stopped the turn waiting to run (job {waiting})"
+    assert (await services.turns.get_job(waiting)).status is JobStatus.CANCELLED
+    clock.advance(minutes=5)  # past the backoff: nothing may run it now
+    later = await fire(services, chat, "second")
+    await settled(services, later)
+    assert len(runner.requests) == 2
+    assert user_texts(runner.requests[1]) == ["second"]

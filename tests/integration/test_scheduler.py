@@ -36,7 +36,7 @@ from postroom.engine.delivery import (
     SinkRouter,
 )
 from postroom.engine.runner import ProviderRunner
-from postroom.engine.tasks import Scheduler, task_chat
+from postroom.engine.tasks import Scheduler, TaskService, task_chat
 from postroom.engine.worker import ContextSettings, WorkerPool
 from postroom.llm.echo import EchoProvider
 from postroom.store.records import JobKind, JobRecord, JobStatus, TaskRecord
@@ -117,6 +117,13 @@ async def test_add_validates_with_a_clear_message(services: Services) -> None:
         ({}, "61 * * * *", "Write it.", "61"),
         ({}, "every 30m", "   ", "prompt"),
         ({"tz": "Mars/Olympus"}, "0 9 * * *", "Write it.", "Mars/Olympus"),
+        # A one-shot time already past (the clock reads 2026-01-05 12:00 UTC), or now.
+        ({}, "2026-01-05T11:00:00Z", "Write it.", "is in the past"),
+        ({}, "2026-01-05T12:00Z", "Write it.", "2026-01-05T12:00Z is in the past"),
+        ({"tz": "Europe/Berlin"}, "2026-01-05T12:30", "Write it.", "in the past"),  # 11:30 UTC
+        # An interval the tick (10 s by default) cannot keep names the tick.
+        ({}, "every 1s", "Write it.", "scheduler's tick (10s)"),
+        ({}, "every 9s", "Write it.", "use every 10s or longer"),
     ]
     for extra, schedule, prompt, named in cases:
         with pytest.raises(InvalidInput) as caught:
@@ -142,9 +149,11 @@ async def test_add_computes_the_first_run(services: Services, clock: FakeClock) 
 
     once = await add_task(services, "2026-02-01T10:00:00Z")
     assert once.next_run == datetime(2026, 2, 1, 10, 0, tzinfo=UTC)
-    # An overdue one-shot still runs once.
-    overdue = await add_task(services, "2026-01-05T11:00:00Z")
-    assert overdue.next_run == datetime(2026, 1, 5, 11, 0, tzinfo=UTC)
+    soon = await add_task(services, "2026-01-05T12:00:01Z")
+    assert soon.next_run == datetime(2026, 1, 5, 12, 0, 1, tzinfo=UTC)
+    # The shortest interval is the tick itself.
+    tick = await add_task(services, "every 10s")
+    assert tick.next_run == T0 + timedelta(seconds=10)
 
     listed = await services.tasks.list()
     assert [t.id for t in listed] == [
@@ -153,9 +162,30 @@ async def test_add_computes_the_first_run(services: Services, clock: FakeClock) 
         weekdays.id,
         berlin.id,
         once.id,
-        overdue.id,
+        soon.id,
+        tick.id,
     ]
     assert listed[3].tz == "Europe/Berlin"
+
+
+async def test_the_shortest_interval_follows_the_configured_tick(
+    services: Services, clock: FakeClock
+) -> None:
+    coarse = TaskService(
+        store=services.store,
+        catalog=services.catalog,
+        signals=services.signals,
+        clock=clock,
+        tick_s=60,
+    )
+    with pytest.raises(InvalidInput, match=r"every 30s is more often than .* tick \(1m\)"):
+        await coarse.add(
+            folder="reporter", chat_jid=CHAT, schedule="every 30s", prompt="x", actor="test"
+        )
+    task = await coarse.add(
+        folder="reporter", chat_jid=CHAT, schedule="every 1m", prompt="x", actor="test"
+    )
+    assert task.next_run == T0 + timedelta(minutes=1)
 
 
 async def test_pause_resume_and_remove(
@@ -385,10 +415,13 @@ async def test_a_scheduled_turn_runs_fresh_and_answers_the_tasks_chat_without_en
     # The request: the folder's persona in the system prompt, the prompt as the only message.
     (answer,) = [
         m
-        for m in await services.history.messages(chat_jid=task_chat(task.id))
+        for m in await services.history.messages(chat_jid=CHAT)
         if m.message_type is MessageType.ASSISTANT
     ]
     assert answer.id == done.answer_id and answer.run_id is not None
+    # MESSAGES §4: shown in the task's chat, outside every conversation.
+    assert answer.metadata["task_id"] == task.id
+    assert (answer.conversation_id, answer.routed_to) == (None, "reporter")
     run = await services.history.run(answer.run_id)
     assert run.system.startswith(PERSONA)
     assert CHAT in run.system
@@ -414,14 +447,17 @@ async def test_a_scheduled_turn_runs_fresh_and_answers_the_tasks_chat_without_en
 
     after = await services.tasks.get(task.id)
     assert after.last_status == "ok"
-    # The answer is not part of the task chat's history.
+    # The answer is in the chat's history, between what came before and after it.
     history = await services.history.messages(chat_jid=CHAT)
-    assert [m.content for m in history] == [
-        "the secret launch date is friday",
-        "do not tell anyone",
-        "nice report",
+    assert [(m.message_type, m.content) for m in history] == [
+        (MessageType.USER, "the secret launch date is friday"),
+        (MessageType.USER, "do not tell anyone"),
+        (MessageType.ASSISTANT, "[system] Post the morning report."),
+        (MessageType.USER, "nice report"),
     ]
-    assert all(m.message_type is MessageType.USER for m in history)
+    # The task's own conversation keeps the prompt and the run's traces, not the answer.
+    task_rows = await services.history.messages(chat_jid=task_chat(task.id))
+    assert {m.message_type for m in task_rows} == {MessageType.SYSTEM, MessageType.TRACE}
 
     # The next run is a new generation: the earlier prompt and answer are not in its context.
     clock.advance(hours=1)
@@ -431,7 +467,7 @@ async def test_a_scheduled_turn_runs_fresh_and_answers_the_tasks_chat_without_en
     assert second.conversation_id != done.conversation_id
     answers = [
         m
-        for m in await services.history.messages(chat_jid=task_chat(task.id))
+        for m in await services.history.messages(chat_jid=CHAT)
         if m.message_type is MessageType.ASSISTANT
     ]
     assert [a.id for a in answers] == [done.answer_id, second.answer_id]
@@ -445,6 +481,34 @@ async def test_a_scheduled_turn_runs_fresh_and_answers_the_tasks_chat_without_en
     ]
     async with services.store.read() as tx:
         assert (await tx.chat_state(CHAT)).engagements == {}
+
+
+async def test_a_scheduled_answer_never_enters_a_later_context_of_its_chat(
+    services: Services, clock: FakeClock, scheduler: Scheduler, workers: WorkerPool
+) -> None:
+    await services.routes.add_route(0, f"chat_jid={CHAT}", "reporter", actor="test")
+    asked = await services.ingest.ingest(inbound(CHAT, "good morning"))
+    assert asked.decision.job_id is not None
+    assert (await finished(services, asked.decision.job_id)).status is JobStatus.DONE
+    await add_task(services, "every 1h", prompt="Post the morning report.")
+    clock.advance(hours=1)
+    (job_id,) = await scheduler.tick()
+    assert (await finished(services, job_id)).status is JobStatus.DONE
+
+    later = await services.ingest.ingest(inbound(CHAT, "thanks"))
+    assert later.decision.job_id is not None
+    done = await finished(services, later.decision.job_id)
+    (answer,) = [
+        m for m in await services.history.messages(chat_jid=CHAT) if m.id == done.answer_id
+    ]
+    assert answer.run_id is not None
+    run = await services.history.run(answer.run_id)
+    # The conversation of the chat with the folder: its own exchange only.
+    assert run.messages == [
+        {"role": "user", "content": "good morning"},
+        {"role": "assistant", "content": "good morning"},
+        {"role": "user", "content": "thanks"},
+    ]
 
 
 async def drain(loop: DeliveryLoop) -> None:
@@ -602,5 +666,21 @@ def test_tasks_commands_through_the_cli(tmp_path: Path) -> None:
         "x",
     )
     assert "nosuch" in sentence
+    past = ("--schedule", "2020-01-01T09:00", "--prompt", "x")
+    where = ("tasks", "add", "--folder", "main", "--chat-jid", "web:main/anon-1")
+    assert "2020-01-01T09:00 is in the past" in bad(data, *where, *past)
+    fast = ("--schedule", "every 5s", "--prompt", "x")
+    assert "scheduler's tick (10s)" in bad(data, *where, *fast)
+    # The tick the server is configured with is the one that counts.
+    result = cli(
+        data,
+        *where,
+        "--schedule",
+        "every 30s",
+        "--prompt",
+        "x",
+        env={"POSTROOM_SCHEDULER__TICK": "1m"},
+    )
+    assert result.exit_code == 1 and "tick (1m)" in result.stderr, describe(result)
     assert "999" in bad(data, "tasks", "pause", "999")
     assert [t["id"] for t in ok_json(data, "tasks", "list")] == [added["id"]]

@@ -26,10 +26,10 @@ async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
     await opened.close()
 
 
-def msg(id: str, chat: str = "telegram:group/5", **kw: object) -> NewMessage:
-    return NewMessage(
-        id=id, chat_jid=chat, sender="telegram:user/1", content=f"text {id}", timestamp=T, **kw
-    )  # type: ignore[arg-type]
+def msg(
+    id: str, chat: str = "telegram:group/5", sender: str = "telegram:user/1", **kw: object
+) -> NewMessage:
+    return NewMessage(id=id, chat_jid=chat, sender=sender, content=f"text {id}", timestamp=T, **kw)  # type: ignore[arg-type]
 
 
 def test_pragmas_and_schema(tmp_path: Path, store: SqliteStore) -> None:
@@ -189,6 +189,27 @@ async def test_list_messages_newest_limit_in_seq_order(store: SqliteStore) -> No
     assert [m.id for m in last3] == ["m7", "m8", "m9"]
     assert [m.seq for m in after] == [9, 10]
     assert {m.id for m in routed} == {"m1", "m3", "m5", "m7", "m9"}
+
+
+async def test_several_senders_counts_people_not_the_bots_echoes(store: SqliteStore) -> None:
+    chat = "telegram:group/5"
+
+    async def several(within: int = 1000) -> bool:
+        async with store.read() as tx:
+            return await tx.several_senders(chat, within=within)
+
+    async with store.write() as tx:
+        await tx.insert_message(msg("a1"))
+        await tx.insert_message(msg("echo", sender="telegram:user/99", is_from_me=True))
+        await tx.insert_message(msg("note", sender="host", message_type=MessageType.HOST))
+    assert not await several()
+    async with store.write() as tx:
+        await tx.insert_message(msg("b1", sender="telegram:user/2"))
+        for i in range(3):
+            await tx.insert_message(msg(f"a{i + 2}"))
+    assert await several()
+    # Only the newest rows count: the second person spoke four messages ago.
+    assert not await several(within=3)
 
 
 async def test_message_round_trip(store: SqliteStore) -> None:

@@ -249,6 +249,10 @@ async def test_failed_runs_back_off_then_fail_with_a_host_notice_and_can_be_retr
     assert job.last_error == "upstream 503 (1)"
     await asyncio.sleep(0.2)  # several backstop polls: not due, so not run again
     assert len(runner.requests) == 1
+    # The chat is told at once how long the answer will take, not left in silence.
+    (retrying,) = [m for m in await rows(services, chat) if m.message_type is MessageType.HOST]
+    assert retrying.content == "⚠️ trying again in 2 minutes"
+    assert retrying.metadata == {"source": "turn_retry", "job_id": job_id}
 
     clock.advance(seconds=120)
     job = await job_when(services, job_id, lambda j: j.attempts == 2, "second failure")
@@ -260,8 +264,13 @@ async def test_failed_runs_back_off_then_fail_with_a_host_notice_and_can_be_retr
     assert (job.attempts, job.last_error) == (3, "upstream 503 (3)")
     assert len(runner.requests) == 3
     assert await answers(services, chat) == []
-    (notice,) = [m for m in await rows(services, chat) if m.message_type is MessageType.HOST]
-    assert notice.content == f"⚠️ could not answer (job {job_id}): upstream 503 (3)"
+    # Later retries are not announced again; the last failure is.
+    notices = [m for m in await rows(services, chat) if m.message_type is MessageType.HOST]
+    assert [m.content for m in notices] == [
+        "⚠️ trying again in 2 minutes",
+        f"⚠️ could not answer (job {job_id}): upstream 503 (3)",
+    ]
+    notice = notices[-1]
     async with services.store.read() as tx:
         (delivery,) = await tx.list_deliveries(message_id=notice.id)
     assert delivery.chat_jid == chat and delivery.message_type == "host"

@@ -91,6 +91,24 @@ def test_consecutive_observed_rows_are_one_block_and_senders_are_named() -> None
     assert format_messages_for_sdk([row("hi")]) == [ContextMessage("user", "hi")]
 
 
+def test_the_asker_is_named_beside_observed_lines_even_when_they_are_the_same_person() -> None:
+    rows = [
+        row("we decided pizza", sender="discord:user/1", name="Alice", observed=True),
+        row("@Postroom what did we decide?", sender="discord:user/1", name="Alice"),
+    ]
+    assert format_messages_for_sdk(rows) == [
+        ContextMessage("user", "[Alice] we decided pizza"),
+        ContextMessage("user", "[Alice] @Postroom what did we decide?"),
+    ]
+
+
+def test_a_chat_known_to_have_several_people_names_a_lone_asker() -> None:
+    rows = [row("start over", sender="discord:user/2", name="Bob")]
+    assert format_messages_for_sdk(rows, multi_party=True) == [
+        ContextMessage("user", "[Bob] start over")
+    ]
+
+
 def test_a_follow_up_turn_sees_the_earlier_answer_before_its_own_messages() -> None:
     m1, m2, m3 = row("m1", id="a"), row("m2", id="b"), row("m3", id="c")
     answer1 = row("re m1", MessageType.ASSISTANT, sender="bot", job_id=1)  # stored after m2, m3
@@ -107,6 +125,19 @@ def test_messages_another_pending_turn_answers_are_left_out() -> None:
     # Once that turn is done (no longer pending), its messages are history like any other.
     arranged = arrange_history([m1, m2], turn=3, answered_by=answered_by, pending=set())
     assert [m.content for m in arranged] == ["m1", "m2"]
+
+
+def test_messages_of_a_stopped_turn_are_left_out_of_every_later_turn() -> None:
+    m1, m2 = row("stopped question", id="a"), row("next question", id="b")
+    answered_by = {("a", m1.chat_jid): 1, ("b", m2.chat_jid): 2}
+    for turn in (2, 3):
+        arranged = arrange_history(
+            [m1, m2], turn=turn, answered_by=answered_by, pending=set(), stopped={1}
+        )
+        assert [m.content for m in arranged] == ["next question"]
+    # A stopped turn that runs again (retried by the operator) still sees its own rows.
+    arranged = arrange_history([m1], turn=1, answered_by=answered_by, pending={1}, stopped={1})
+    assert [m.content for m in arranged] == ["stopped question"]
 
 
 def test_answers_of_turns_without_rows_keep_their_place() -> None:

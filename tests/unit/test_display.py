@@ -7,7 +7,15 @@ from typing import Any
 
 import pytest
 
-from postroom.core.display import PREFIXES, TOOL_FAILED, TOOL_OK, display_text, prefix_for
+from postroom.core.display import (
+    PREFIXES,
+    TOOL_FAILED,
+    TOOL_OK,
+    display_text,
+    prefix_for,
+    shown_to_chat,
+)
+from postroom.core.durations import spoken_duration
 from postroom.core.messages import MessageType
 
 
@@ -92,3 +100,46 @@ def test_content_is_kept_verbatim() -> None:
     content = "  **markdown** stays\nas it is  "
     assert display_text("host", content) == "🏠 " + content
     assert display_text("user", "", sender_name="Ana") == "[Ana] "
+
+
+@pytest.mark.parametrize(
+    ("message_type", "metadata", "shown"),
+    [
+        pytest.param("user", {}, True, id="user"),
+        pytest.param("user", {"command": True}, True, id="command"),
+        pytest.param("assistant", {"usage": {}, "cost": 0.1}, True, id="assistant"),
+        pytest.param("tool_result", {"exit_code": 1}, True, id="tool-result"),
+        pytest.param("host", {"source": "command"}, True, id="ack"),
+        pytest.param("host", {"source": "turn_failed"}, True, id="could-not-answer"),
+        pytest.param("host", {"source": "turn_retry"}, True, id="trying-again"),
+        pytest.param("host", {"source": "tags"}, False, id="tag-problem-naming-folders"),
+        pytest.param("host", {"source": "conductor"}, False, id="conductor-outcome"),
+        pytest.param("host", {"source": "folder_missing"}, False, id="routing-problem"),
+        pytest.param("host", {"source": "setup"}, False, id="setup-hint"),
+        pytest.param("host", {}, False, id="notice-of-no-known-source"),
+        pytest.param("system", {"source": "delegate"}, False, id="system"),
+        pytest.param("trace", {}, False, id="trace"),
+    ],
+)
+def test_what_the_people_of_a_chat_see(
+    message_type: str, metadata: Mapping[str, Any], shown: bool
+) -> None:
+    assert shown_to_chat(message_type, metadata) is shown
+
+
+@pytest.mark.parametrize(
+    ("seconds", "spoken"),
+    [
+        (0.2, "1 second"),
+        (1, "1 second"),
+        (45, "45 seconds"),
+        (60, "1 minute"),
+        (120, "2 minutes"),
+        (240, "4 minutes"),
+        (3600, "1 hour"),
+        (5400, "2 hours"),
+        (86400, "1 day"),
+    ],
+)
+def test_a_wait_as_a_sentence_says_it(seconds: float, spoken: str) -> None:
+    assert spoken_duration(seconds) == spoken

@@ -812,6 +812,106 @@ def test_chatid_on_a_miss_with_addressed_command() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# §3.1 "After the trigger", and ``\\cmd``.
+
+
+@pytest.mark.parametrize(
+    ("content", "kind", "ack"),
+    [
+        ("@Postroom /new", CommandKind.NEW, "new conversation with main"),
+        ("@ghost /status", CommandKind.STATUS, None),
+        ("@Postroom \\stop", CommandKind.STOP, None),
+        ("@Postroom, /chatid", CommandKind.CHATID, f"chat id: {GUILD}"),
+        ("@ghost @main", CommandKind.SET_STICKY, "routing → main"),
+        ("@Postroom @", CommandKind.CLEAR_STICKY, "routing reset to default"),
+        ("@Postroom #support", CommandKind.SET_TOPIC, "topic → support"),
+        ("@Postroom #", CommandKind.CLEAR_TOPIC, "topic reset to default"),
+    ],
+)
+def test_a_command_after_the_trigger_is_honoured_in_a_mention_only_chat(
+    content: str, kind: CommandKind, ack: str | None
+) -> None:
+    decision = run(msg(GUILD, content), MENTION_PAIR)
+    assert (decision.action, decision.layer) == (Action.COMMAND, Layer.COMMAND)
+    assert command_kind(decision) is kind
+    assert decision.verb == "mention"
+    assert decision.route_id == 6
+    if ack is not None:
+        assert decision.ack == ack
+    # Without the trigger the same text would only be observed: no command.
+    bare = run(msg(GUILD, content.split()[-1]), MENTION_PAIR)
+    assert (bare.action, bare.route_id, bare.command) == (Action.OBSERVE, 7, None)
+
+
+def test_the_trigger_and_a_sticky_path_of_the_spec_example() -> None:
+    decision = run(msg(GROUP, "@ghost @atlas/social"))
+    assert command_kind(decision) is CommandKind.SET_STICKY
+    assert decision.ack == "routing → atlas/social"
+
+
+def test_the_trigger_and_a_path_naming_no_folder_is_plain_text() -> None:
+    decision = run(msg(GROUP, "@ghost @nosuch"))
+    assert_fire(decision, "atlas")
+    assert decision.content == "@ghost @nosuch"
+    assert decision.verb == "mention"
+
+
+def test_the_trigger_and_a_folder_outside_h_is_refused() -> None:
+    decision = run(msg(GROUP, "@Postroom @other"))
+    assert command_kind(decision) is CommandKind.REFUSE_STICKY
+    assert decision.ack == "routing → other refused: not under atlas"
+
+
+@pytest.mark.parametrize(
+    "content", ["@Postroom /new please", "@Postroom /help", "hey @Postroom /new"]
+)
+def test_the_trigger_and_more_than_a_command_fires_as_text(content: str) -> None:
+    decision = run(msg(GROUP, content))
+    assert_fire(decision, "atlas")
+    assert decision.content == content
+
+
+def test_chatid_after_the_trigger_is_answered_on_a_miss() -> None:
+    decision = run(msg("matrix:room/1", "@Postroom /chatid"), table([]))
+    assert command_kind(decision) is CommandKind.CHATID
+    assert decision.ack == "chat id: matrix:room/1"
+    assert decision.drop is DropReason.NO_ROUTE
+
+
+@pytest.mark.parametrize(
+    ("content", "kind"),
+    [
+        ("\\new", CommandKind.NEW),
+        ("\\stop", CommandKind.STOP),
+        ("\\status", CommandKind.STATUS),
+        ("\\chatid", CommandKind.CHATID),
+    ],
+)
+def test_a_backslash_command_is_the_slash_command(content: str, kind: CommandKind) -> None:
+    slash = run(msg(GROUP, "/" + content[1:]))
+    decision = run(msg(GROUP, content))
+    assert command_kind(decision) is command_kind(slash) is kind
+    assert (decision.ack, decision.command) == (slash.ack, slash.command)
+
+
+def test_an_addressed_backslash_command_is_a_mention_command() -> None:
+    decision = run(msg(GUILD, "\\new@postroom_bot"), MENTION_PAIR, trigger=BOT)
+    assert command_kind(decision) is CommandKind.NEW
+    assert decision.route_id == 6
+
+
+def test_a_slack_mention_turned_into_the_trigger_works_as_a_command() -> None:
+    # The Slack adapter turns "<@BOT> /new" into "@Postroom /new" and marks it mentioned.
+    rows = [
+        (1, 0, "platform=slack verb=mention", "main"),
+        (2, 10, "platform=slack", "main#observe"),
+    ]
+    decision = run(msg("slack:T1/channel/C1", "@Postroom /new", mentioned=True), table(rows))
+    assert command_kind(decision) is CommandKind.NEW
+    assert decision.route_id == 1
+
+
+# ---------------------------------------------------------------------------------------------
 # §3 step 4: inline prefixes.
 
 

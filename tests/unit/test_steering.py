@@ -36,6 +36,60 @@ TRIGGER = Trigger(bot_usernames=("postroom_bot",))
         pytest.param("/new@otherbot", SteeringKind.NONE, "", "", id="new-other-bot"),
         pytest.param("/help", SteeringKind.NONE, "", "", id="unknown-slash"),
         pytest.param("/new please", SteeringKind.NONE, "", "", id="slash-with-text"),
+        # A backslash is a slash (Slack and some clients swallow a leading "/").
+        pytest.param("\\new", SteeringKind.SLASH, "new", "", id="backslash-new"),
+        pytest.param(" \\Stop ", SteeringKind.SLASH, "stop", "", id="backslash-stop-trimmed"),
+        pytest.param("\\status", SteeringKind.SLASH, "status", "", id="backslash-status"),
+        pytest.param("\\chatid", SteeringKind.SLASH, "chatid", "", id="backslash-chatid"),
+        pytest.param(
+            "\\new@postroom_bot", SteeringKind.SLASH, "new", "", id="backslash-new-addressed"
+        ),
+        pytest.param("\\new@otherbot", SteeringKind.NONE, "", "", id="backslash-other-bot"),
+        pytest.param("\\help", SteeringKind.NONE, "", "", id="backslash-unknown"),
+        pytest.param("\\", SteeringKind.NONE, "", "", id="backslash-alone"),
+        pytest.param("\\\\new", SteeringKind.NONE, "", "", id="two-backslashes"),
+        pytest.param("\\new please", SteeringKind.NONE, "", "", id="backslash-with-text"),
+        # After the trigger: the trigger and exactly one command are that command.
+        pytest.param("@Postroom /new", SteeringKind.SLASH, "new", "", id="trigger-new"),
+        pytest.param("@postroom \\stop", SteeringKind.SLASH, "stop", "", id="trigger-backslash"),
+        pytest.param("@Postroom, /status", SteeringKind.SLASH, "status", "", id="trigger-comma"),
+        pytest.param("@Postroom: /chatid", SteeringKind.SLASH, "chatid", "", id="trigger-colon"),
+        pytest.param(
+            "  @Postroom\n/new@postroom_bot ", SteeringKind.SLASH, "new", "", id="trigger-newline"
+        ),
+        pytest.param(
+            "@ghost @atlas/social",
+            SteeringKind.STICKY_SET,
+            "atlas/social",
+            "",
+            id="alias-sticky",
+        ),
+        pytest.param("@Postroom @", SteeringKind.STICKY_CLEAR, "", "", id="trigger-at"),
+        pytest.param(
+            "@Postroom #support", SteeringKind.TOPIC_SET, "support", "", id="trigger-hash"
+        ),
+        pytest.param("@GHOST #", SteeringKind.TOPIC_CLEAR, "", "", id="alias-hash-clear"),
+        pytest.param(
+            "@Postroom /new please",
+            SteeringKind.INLINE_FOLDER,
+            "postroom",
+            "/new please",
+            id="trigger-command-with-text",
+        ),
+        pytest.param(
+            "@Postroom /help", SteeringKind.INLINE_FOLDER, "postroom", "/help", id="trigger-unknown"
+        ),
+        pytest.param(
+            "@Postroom /new@otherbot",
+            SteeringKind.INLINE_FOLDER,
+            "postroom",
+            "/new@otherbot",
+            id="trigger-command-for-another-bot",
+        ),
+        pytest.param(
+            "@Postroomx /new", SteeringKind.INLINE_FOLDER, "postroomx", "/new", id="not-trigger"
+        ),
+        pytest.param("Hey @Postroom /new", SteeringKind.NONE, "", "", id="trigger-not-at-start"),
         # Inline prefixes.
         pytest.param(
             "@content draft post",
@@ -66,6 +120,21 @@ def test_parse_steering(content: str, kind: SteeringKind, arg: str, rest: str) -
     assert steering.kind is kind
     assert steering.arg == arg
     assert steering.rest == rest
+
+
+@pytest.mark.parametrize(
+    ("content", "calls_us"),
+    [
+        pytest.param("@Postroom /new", True, id="trigger-command"),
+        pytest.param("@ghost @atlas/social", True, id="alias-command"),
+        pytest.param("/new", False, id="bare-command"),
+        pytest.param("\\new", False, id="bare-backslash"),
+        pytest.param("\\new@postroom_bot", True, id="backslash-addressed"),
+        pytest.param("@Postroom /new please", True, id="trigger-text"),
+    ],
+)
+def test_a_command_after_the_trigger_calls_us(content: str, calls_us: bool) -> None:
+    assert parse_steering(content, TRIGGER).calls_us is calls_us
 
 
 def test_command_kinds() -> None:

@@ -186,6 +186,7 @@ class Gateway:
             owners=frozenset(config.owners.senders),
             signals=signals,
             metrics=metrics,
+            tick_s=config.scheduler.tick_s,
         )
         async with store.read() as tx:
             await services.catalog.reload(tx)

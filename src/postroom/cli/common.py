@@ -95,6 +95,7 @@ async def services_for(cli: CliContext, *, require: bool = True) -> AsyncIterato
         ),
         queue=QueueSettings(max_attempts=config.queue.max_attempts),
         owners=frozenset(config.owners.senders),
+        tick_s=config.scheduler.tick_s,
     )
     try:
         yield services

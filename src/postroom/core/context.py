@@ -97,14 +97,18 @@ def arrange_history(
     turn: int,
     answered_by: Mapping[tuple[str, str], int],
     pending: AbstractSet[int],
+    stopped: AbstractSet[int] = frozenset(),
 ) -> list[StoredMessage]:
     """The rows one turn sees, in the order the exchange happened from the model's side.
 
     User rows another unfinished turn will answer (*pending*) are left out: that turn answers
-    them, with its own context. An answer (``metadata.job_id``) is placed right after the last
+    them, with its own context. So are the rows of a turn that was *stopped* (``/stop``, or
+    cancelled by the operator): the cancellation answered them, and no later turn may take them
+    up as questions still open. An answer (``metadata.job_id``) is placed right after the last
     row its turn answered, not where it was stored: while a turn runs, later messages are
     stored before its answer, and the next turn must see the answer before them.
     """
+    left_out = pending | stopped if stopped else pending
     kept = [
         m
         for m in messages
@@ -112,7 +116,7 @@ def arrange_history(
             m.message_type is MessageType.USER
             and (job := answered_by.get((m.id, m.chat_jid))) is not None
             and job != turn
-            and job in pending
+            and job in left_out
         )
     ]
     last_row_of: dict[int, int] = {}
@@ -152,14 +156,16 @@ def format_messages_for_sdk(
     """The message list of a run, from stored rows in ``seq`` order.
 
     Filters ``host`` and ``trace`` rows and commands. With *multi_party* (by default: when the
-    rows hold more than one human sender) user text is prefixed ``[sender_name]``.
+    rows hold more than one human sender, or observed lines, which always carry their names)
+    every user row is prefixed ``[sender_name]``, the one that fires the turn included, so the
+    model can tell who asked (MESSAGES §5).
     """
     rows = [
         m for m in messages if m.message_type in CONTEXT_TYPES and not m.metadata.get("command")
     ]
     if multi_party is None:
-        senders = {m.sender for m in rows if m.message_type is MessageType.USER}
-        multi_party = len(senders) > 1
+        users = [m for m in rows if m.message_type is MessageType.USER]
+        multi_party = any(m.observed for m in users) or len({m.sender for m in users}) > 1
     out: list[ContextMessage] = []
     observed: list[str] = []
 

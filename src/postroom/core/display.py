@@ -4,6 +4,11 @@ Each type is recognizable at a glance: ``system`` rows carry ⚙️, command out
 ❌ by exit code, host notices 🏠. ``user`` and ``assistant`` rows are the text itself, named only
 where the chat would not show who speaks: a user message mirrored into another chat, a reply the
 bot sends through a person's own account. Traces never reach a platform chat.
+
+What the people of a chat see — on a platform, or as an anonymous visitor of the web chat — is
+less than what an operator sees (MESSAGES §5): their messages, the answers, command outputs and
+the host notices meant for them, never traces, run details, folder names beyond the acks, or
+set-up hints for the operator.
 """
 
 from __future__ import annotations
@@ -14,7 +19,15 @@ from typing import Any
 
 from postroom.core.messages import MessageType
 
-__all__ = ["PREFIXES", "TOOL_FAILED", "TOOL_OK", "display_text", "prefix_for"]
+__all__ = [
+    "CHAT_NOTICE_SOURCES",
+    "PREFIXES",
+    "TOOL_FAILED",
+    "TOOL_OK",
+    "display_text",
+    "prefix_for",
+    "shown_to_chat",
+]
 
 #: The prefix of each message type, shared by platform chats, the web chat and the TUI. A
 #: ``tool_result`` adds :data:`TOOL_OK` or :data:`TOOL_FAILED` after its 🔧 (see
@@ -31,6 +44,12 @@ PREFIXES: Mapping[str, str] = MappingProxyType(
 )
 TOOL_OK = "✅ "
 TOOL_FAILED = "❌ "
+
+#: The ``metadata.source`` of host notices meant for a chat's people: acks and answers of
+#: commands, "could not answer", "trying again". Every other notice (a conductor's outcome, a
+#: tag or delegation problem naming folders, a routing problem, a set-up hint) is for operators.
+CHAT_NOTICE_SOURCES = frozenset({"command", "turn_failed", "turn_retry"})
+_CHAT_TYPES = frozenset({MessageType.USER, MessageType.ASSISTANT, MessageType.TOOL_RESULT})
 
 
 def prefix_for(message_type: str, metadata: Mapping[str, Any] | None = None) -> str:
@@ -71,3 +90,14 @@ def display_text(
     if message_type == MessageType.ASSISTANT and assistant_name:
         return f"{assistant_name}: {content}"
     return prefix + content
+
+
+def shown_to_chat(message_type: str, metadata: Mapping[str, Any]) -> bool:
+    """Whether the people of a chat (not its operators) see a stored row of this type.
+
+    ``user``, ``assistant`` and ``tool_result`` rows, and the host notices of
+    :data:`CHAT_NOTICE_SOURCES`; never traces, ``system`` rows or other notices.
+    """
+    if message_type in _CHAT_TYPES:
+        return True
+    return message_type == MessageType.HOST and metadata.get("source") in CHAT_NOTICE_SOURCES

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-__all__ = ["format_duration", "parse_duration", "parse_retry_after"]
+__all__ = ["format_duration", "parse_duration", "parse_retry_after", "spoken_duration"]
 
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -43,6 +43,17 @@ def format_duration(seconds: float) -> str:
         if seconds % size == 0:
             return f"{int(seconds // size)}{unit}"
     return f"{seconds:g}s"
+
+
+def spoken_duration(seconds: float) -> str:
+    """A wait as a sentence says it, rounded to its largest unit: 120 → ``2 minutes``,
+    45 → ``45 seconds``, 5400 → ``2 hours`` (an hour and a half rounds up), 1 → ``1 second``."""
+    for size, unit in ((86400, "day"), (3600, "hour"), (60, "minute")):
+        if seconds >= size * 1.5 or (seconds >= size and seconds % size == 0):
+            count = round(seconds / size)
+            return f"{count} {unit}" + ("" if count == 1 else "s")
+    count = max(round(seconds), 1)
+    return f"{count} second" + ("" if count == 1 else "s")
 
 
 def parse_retry_after(

@@ -2,10 +2,12 @@
 
 Whole-message commands (the trimmed text is one token): ``@`` / ``@<path>`` set or clear the
 chat's sticky group, ``#`` / ``#<topic>`` the sticky topic, and ``/new``, ``/stop``,
-``/status``, ``/chatid`` (also ``/cmd@botname``). Inline prefixes at the very start of a longer
-message: ``@name rest`` sends this one message to the child folder ``name``, ``#topic rest`` runs
-it under ``topic``. Parsing is purely textual; whether ``@path`` names a folder, and so whether it
-is a command at all, is decided by resolution.
+``/status``, ``/chatid`` (also ``/cmd@botname``, and ``\\cmd`` for clients that swallow a
+leading ``/``). The trigger followed by exactly one such token (``@Postroom /new``) is that
+command, addressed to us. Inline prefixes at the very start of a longer message: ``@name rest``
+sends this one message to the child folder ``name``, ``#topic rest`` runs it under ``topic``.
+Parsing is purely textual; whether ``@path`` names a folder, and so whether it is a command at
+all, is decided by resolution.
 """
 
 from __future__ import annotations
@@ -29,11 +31,13 @@ __all__ = [
 SLASH_COMMANDS = frozenset({"new", "stop", "status", "chatid"})
 MAX_TOPIC_LENGTH = 64
 
+#: What a command or prefix can start with (``\\`` is ``/`` for clients that swallow it).
+_LEADS = "@#/\\"
 _TOPIC = re.compile(r"[a-z0-9_-]+")
 _SPACE = re.compile(r"\s")
 _NOT_TOPIC = re.compile(r"[^a-z0-9_-]+")
 _STICKY_PATH = re.compile(r"[A-Za-z0-9_-]+(?:/[A-Za-z0-9_-]+)*")
-_SLASH = re.compile(r"/([A-Za-z]+)(?:@([A-Za-z0-9_.-]+))?")
+_SLASH = re.compile(r"[/\\]([A-Za-z]+)(?:@([A-Za-z0-9_.-]+))?")
 _INLINE_FOLDER = re.compile(r"\s*@([A-Za-z0-9_-]+)\s+(\S.*)", re.DOTALL)
 _INLINE_TOPIC = re.compile(r"\s*#([^\s#]+)\s+(\S.*)", re.DOTALL)
 
@@ -109,15 +113,21 @@ def parse_steering(content: str, trigger: Trigger) -> Steering:
         return NO_STEERING
     first = content[0]
     # Fast exit for ordinary text: routing calls this for every message.
-    if first not in "@#/" and not first.isspace():
+    if first not in _LEADS and not first.isspace():
         return NO_STEERING
     stripped = content.strip()
     if not stripped:
         return NO_STEERING
     lead = stripped[0]
-    if lead not in "@#/":
+    if lead not in _LEADS:
         return NO_STEERING
-    calls_us = lead == "@" and trigger.starts_with_trigger(content)
+    calls_us = False
+    if lead == "@":
+        after = trigger.after_trigger(content)
+        calls_us = after is not None
+        command = _command_after_trigger(after, trigger) if after else None
+        if command is not None:
+            return command
     if _SPACE.search(stripped) is None:
         found = _parse_token(stripped, trigger)
     elif lead == "@":
@@ -140,6 +150,17 @@ def parse_steering(content: str, trigger: Trigger) -> Steering:
     if calls_us and not found.calls_us:
         return Steering(found.kind, found.arg, found.rest, True)
     return found
+
+
+def _command_after_trigger(after: str, trigger: Trigger) -> Steering | None:
+    """``@Postroom /new``: the trigger followed by exactly one whole-message command."""
+    token = after.strip()
+    if not token or _SPACE.search(token) is not None:
+        return None
+    found = _parse_token(token, trigger)
+    if not found.is_command:
+        return None
+    return Steering(found.kind, found.arg, found.rest, True)
 
 
 def _parse_token(token: str, trigger: Trigger) -> Steering:

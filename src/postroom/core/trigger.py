@@ -36,7 +36,7 @@ class Trigger:
         alternatives = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
         # (?![\w-]): the name must end at the end of text, whitespace or punctuation, so
         # "@Postroomx" and "@postroom-bot" are other names, not the trigger.
-        regex = re.compile(rf"\s*@(?:{alternatives})(?![\w-])", re.IGNORECASE)
+        regex = re.compile(rf"\s*@(?:{alternatives})(?![\w-])[\s,:]*", re.IGNORECASE)
         object.__setattr__(self, "_regex", regex)
         every = (*names, *self.bot_usernames)
         object.__setattr__(self, "_names", frozenset(n.lower() for n in every if n))
@@ -52,6 +52,14 @@ class Trigger:
         if not self._names or "@" not in text:
             return False
         return self._regex.match(text) is not None
+
+    def after_trigger(self, text: str) -> str | None:
+        """What follows the trigger that opens *text* (and the spaces, commas or colons after
+        it); ``None`` when *text* does not open with the trigger."""
+        if not self._names or "@" not in text:
+            return None
+        found = self._regex.match(text)
+        return None if found is None else text[found.end() :]
 
     def addresses_us(self, name: str) -> bool:
         """Whether ``@name`` in ``/cmd@name`` is this bot."""

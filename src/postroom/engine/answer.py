@@ -113,6 +113,17 @@ class AnswerWriter:
         answer_id: str | None = None
         if text.strip():
             answer_id = new_message_id()
+            metadata: dict[str, Any] = {
+                "job_id": job.id,
+                "usage": dict(result.usage),
+                "cost": result.cost,
+            }
+            conversation_id: int | None = job.conversation_id
+            if job.task_id is not None:
+                # MESSAGES §4: a scheduled answer is shown in its task's chat, outside every
+                # conversation, so it never enters a later context of that chat.
+                answer_chat, conversation_id = job.chat_jid, None
+                metadata["task_id"] = job.task_id
             await tx.insert_message(
                 NewMessage(
                     id=answer_id,
@@ -123,11 +134,11 @@ class AnswerWriter:
                     timestamp=now,
                     message_type=MessageType.ASSISTANT,
                     is_from_me=True,
-                    metadata={"job_id": job.id, "usage": dict(result.usage), "cost": result.cost},
+                    metadata=metadata,
                     topic=job.topic,
                     reply_to=reply_to,
                     routed_to=job.folder,
-                    conversation_id=job.conversation_id,
+                    conversation_id=conversation_id,
                     run_id=run_id,
                 )
             )

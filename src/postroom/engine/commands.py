@@ -2,8 +2,9 @@
 
 Setting or clearing the sticky group ends the chat's engagement; ``/new`` starts the next
 generation of the conversation and ends the engagement; ``/stop`` cancels the conversation's
-running turn; ``/status`` reports the chat's routing state and queue position. The answer to
-every command is a ``host`` message: shown to the user, never to a model.
+running turn (or the one waiting to run), whose messages no later turn answers; ``/status``
+reports the chat's routing state and queue position. The answer to every command is a ``host``
+message: shown to the user, never to a model.
 """
 
 from __future__ import annotations
@@ -83,12 +84,18 @@ async def _conversation(
 async def _stop(
     tx: StoreTx, command: Command, chat_jid: str, *, now: datetime, settings: FolderSettings | None
 ) -> CommandOutcome:
+    """Cancel the conversation's running turn — or, when none runs, the turn waiting to run (a
+    retry after a failure, say). The messages it was answering are answered by the cancellation:
+    they stay out of every later context (see ``arrange_history``)."""
     conversation_id = await _conversation(tx, command, chat_jid, now=now, settings=settings)
-    if conversation_id is not None:
-        for job in await tx.open_jobs(conversation_id):
-            if job.status is JobStatus.RUNNING:
-                await tx.cancel_job(job.id, now=now)
-                return CommandOutcome(f"stopped the turn in progress (job {job.id})", job.id)
+    jobs = [] if conversation_id is None else await tx.open_jobs(conversation_id)
+    running = [job for job in jobs if job.status is JobStatus.RUNNING]
+    if running:
+        await tx.cancel_job(running[0].id, now=now)
+        return CommandOutcome(f"stopped the turn in progress (job {running[0].id})", running[0].id)
+    if jobs:
+        await tx.cancel_job(jobs[0].id, now=now)
+        return CommandOutcome(f"stopped the turn waiting to run (job {jobs[0].id})")
     return CommandOutcome(f"nothing is running for {command.folder}")
 
 

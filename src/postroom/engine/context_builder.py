@@ -30,9 +30,18 @@ from postroom.engine.memory import MemoryService, PromptMemory
 from postroom.engine.persona import PersonaSource
 from postroom.llm.base import ModelRequest
 from postroom.store.protocol import Store, StoreTx
-from postroom.store.records import CompactionRecord, ConversationRecord, JobKind, JobRecord
+from postroom.store.records import (
+    CompactionRecord,
+    ConversationRecord,
+    JobKind,
+    JobRecord,
+    JobStatus,
+)
 
 __all__ = ["ContextBuilder", "ContextSettings", "PreparedTurn"]
+
+#: How many of a chat's newest user rows say whether more than one person speaks there.
+SENDER_WINDOW = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +122,8 @@ class ContextBuilder:
         request = ModelRequest(
             system=system,
             messages=bridge_summary(
-                format_messages_for_sdk(history), summarized=compaction is not None
+                format_messages_for_sdk(history, multi_party=read.multi_party or None),
+                summarized=compaction is not None,
             ),
             model=settings.model,
         )
@@ -143,14 +153,22 @@ class ContextBuilder:
                     for row in rows
                     if row.job_id is not None and row.job_status in ("queued", "running")
                 },
+                stopped={
+                    row.job_id
+                    for row in rows
+                    if row.job_id is not None and row.job_status == JobStatus.CANCELLED.value
+                },
             )
+            # MESSAGES §5: in a chat where more than one person speaks, every user row is
+            # named — also when the rows of this context happen to hold only one of them.
+            multi_party = await tx.several_senders(job.chat_jid, within=SENDER_WINDOW)
             memory = None
             if self._memory is not None:
                 query = " ".join(
                     m.content for m in history[-5:] if m.message_type is MessageType.USER
                 )
                 memory = await self._memory.for_prompt(tx, job.folder, query)
-        return _Read(conversation, uncompacted, history, compaction, memory)
+        return _Read(conversation, uncompacted, history, compaction, memory, multi_party)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,3 +178,4 @@ class _Read:
     history: list[StoredMessage]
     compaction: CompactionRecord | None
     memory: PromptMemory | None
+    multi_party: bool

@@ -21,7 +21,7 @@ from postroom.engine.metrics import Metrics
 from postroom.engine.router import Router
 from postroom.engine.routes import RouteService
 from postroom.engine.signals import Signals
-from postroom.engine.tasks import TaskService
+from postroom.engine.tasks import DEFAULT_TICK_S, TaskService
 from postroom.engine.turns import QueueSettings, TurnService
 from postroom.store.protocol import Store
 from postroom.store.sqlite import SqliteStore
@@ -59,6 +59,7 @@ class Services:
         owners: frozenset[str] = frozenset(),
         signals: Signals | None = None,
         metrics: Metrics | None = None,
+        tick_s: float = DEFAULT_TICK_S,
     ) -> Services:
         catalog = Catalog()
         signals = signals or Signals()
@@ -85,7 +86,9 @@ class Services:
                 metrics=metrics,
             ),
             turns=TurnService(store=store, signals=signals, clock=clock),
-            tasks=TaskService(store=store, catalog=catalog, signals=signals, clock=clock),
+            tasks=TaskService(
+                store=store, catalog=catalog, signals=signals, clock=clock, tick_s=tick_s
+            ),
             history=History(store=store),
             signals=signals,
             defaults=defaults,
@@ -106,6 +109,7 @@ class Services:
         queue: QueueSettings | None = None,
         owners: frozenset[str] = frozenset(),
         signals: Signals | None = None,
+        tick_s: float = DEFAULT_TICK_S,
     ) -> Services:
         store = await SqliteStore.open(database)
         return cls.build(
@@ -118,6 +122,7 @@ class Services:
             queue=queue,
             owners=owners,
             signals=signals,
+            tick_s=tick_s,
         )
 
     async def close(self) -> None:

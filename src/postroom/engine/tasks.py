@@ -15,10 +15,11 @@ from typing import Any
 
 import structlog
 
+from postroom.core.durations import format_duration
 from postroom.core.errors import InvalidInput, NotFound
 from postroom.core.jid import parse_jid
 from postroom.core.messages import MessageType, Sender
-from postroom.core.schedule import parse_schedule
+from postroom.core.schedule import Schedule, parse_schedule
 from postroom.engine.catalog import Catalog
 from postroom.engine.clock import Clock
 from postroom.engine.notices import new_message_id
@@ -32,6 +33,7 @@ __all__ = ["Scheduler", "TaskService", "task_chat", "task_to_dict"]
 log = structlog.get_logger(__name__)
 
 MAX_PROMPT_CHARS = 32_000
+DEFAULT_TICK_S = 10.0
 
 
 def task_chat(task_id: int) -> str:
@@ -58,11 +60,21 @@ def task_to_dict(task: TaskRecord) -> dict[str, Any]:
 class TaskService:
     """Add, list, pause, resume and remove tasks (CLI, API, dashboard)."""
 
-    def __init__(self, *, store: Store, catalog: Catalog, signals: Signals, clock: Clock) -> None:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        catalog: Catalog,
+        signals: Signals,
+        clock: Clock,
+        tick_s: float = DEFAULT_TICK_S,
+    ) -> None:
         self._store = store
         self._catalog = catalog
         self._signals = signals
         self._clock = clock
+        #: The scheduler's tick: no task can run more often than this.
+        self._tick_s = tick_s
 
     async def add(
         self,
@@ -81,6 +93,7 @@ class TaskService:
             raise InvalidInput(f"The prompt is longer than {MAX_PROMPT_CHARS} characters.")
         parsed = parse_schedule(schedule, tz or None)
         now = self._clock()
+        self._check_runs(parsed, now)
         async with self._store.write() as tx:
             snapshot = await self._catalog.current(tx)
             if folder not in snapshot.paths:
@@ -103,6 +116,22 @@ class TaskService:
             task = await tx.get_task(task_id)
         assert task is not None
         return task
+
+    def _check_runs(self, schedule: Schedule, now: datetime) -> None:
+        """Refuse a schedule that could not run as written: a one-shot time already past, an
+        interval the scheduler's tick cannot keep."""
+        if schedule.kind == "once" and schedule.at is not None and schedule.at <= now:
+            raise InvalidInput(
+                f"The time {schedule.text} is in the past (it is now "
+                f"{now.strftime('%Y-%m-%d %H:%M:%S')} UTC); give a time to come."
+            )
+        interval = schedule.interval_s
+        if interval is not None and interval < self._tick_s:
+            tick = format_duration(self._tick_s)
+            raise InvalidInput(
+                f"{schedule.text} is more often than the scheduler's tick ({tick}) can run it; "
+                f"use every {tick} or longer, or lower [scheduler] tick."
+            )
 
     async def list(self) -> list[TaskRecord]:
         async with self._store.read() as tx:
@@ -159,7 +188,7 @@ class Scheduler:
         signals: Signals,
         clock: Clock,
         queue: QueueSettings,
-        tick_s: float = 10.0,
+        tick_s: float = DEFAULT_TICK_S,
     ) -> None:
         self._store = store
         self._catalog = catalog

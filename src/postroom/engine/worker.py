@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 
 import structlog
 
+from postroom.core.durations import spoken_duration
 from postroom.core.folders import FolderDefaults, FolderSettings
 from postroom.engine.answer import AnswerWriter
 from postroom.engine.catalog import Catalog
@@ -36,7 +37,7 @@ from postroom.engine.signals import Signals
 from postroom.engine.tools import ToolFactory, TurnToolbox
 from postroom.engine.turns import QueueSettings
 from postroom.llm.base import ModelRequest, ProviderError
-from postroom.store.protocol import Store
+from postroom.store.protocol import Store, StoreTx
 from postroom.store.records import JobKind, JobRecord, JobStatus, RunRecord
 
 __all__ = ["ContextSettings", "WorkerPool"]
@@ -391,15 +392,9 @@ class WorkerPool:
                     attempts=attempts,
                 ):
                     return
-                for chat_jid in _reply_chats(job):
-                    await post_notice(
-                        tx,
-                        chat_jid,
-                        f"⚠️ could not answer (job {job.id}): {error}",
-                        clock=self._clock,
-                        topic=job.topic,
-                        metadata={"source": "turn_failed", "job_id": job.id},
-                    )
+                await self._tell(
+                    tx, job, f"⚠️ could not answer (job {job.id}): {error}", "turn_failed"
+                )
                 if job.task_id is not None:
                     await tx.update_task(job.task_id, last_status=f"failed: {error}")
             else:
@@ -412,11 +407,28 @@ class WorkerPool:
                     error=error,
                 ):
                     return
+                if attempts == 1:
+                    # The typing indicator has stopped; say why the answer is late rather than
+                    # leave minutes of silence (later retries are not announced again).
+                    wait = spoken_duration(delay_s)
+                    await self._tell(tx, job, f"⚠️ trying again in {wait}", "turn_retry")
         self._metrics.turn("error", None)
         log.warning("turn.failed", job_id=job.id, attempts=attempts, final=final, error=error)
-        if final:
+        if final or attempts == 1:
             self._signals.deliveries.wake()
             self._signals.stored.wake()
+
+    async def _tell(self, tx: StoreTx, job: JobRecord, text: str, source: str) -> None:
+        """A host notice about *job* to every chat it answers."""
+        for chat_jid in _reply_chats(job):
+            await post_notice(
+                tx,
+                chat_jid,
+                text,
+                clock=self._clock,
+                topic=job.topic,
+                metadata={"source": source, "job_id": job.id},
+            )
 
     async def _record(
         self,

@@ -171,6 +171,11 @@ class StoreTx(Protocol):
         """The highest ``seq`` stored (0 when there is no message)."""
         ...
 
+    async def several_senders(self, chat_jid: str, *, within: int) -> bool:
+        """Whether the newest *within* ``user`` rows of the chat (not the bot's own echoes) come
+        from more than one sender (MESSAGES §5: such a chat names who said what to the model)."""
+        ...
+
     async def conversation_messages(self, conversation_id: int, *, limit: int) -> list[TurnRow]:
         """The newest *limit* rows of a conversation that may enter a context (MESSAGES §4:
         user, assistant, system and tool_result rows; not compacted; not commands), oldest

@@ -2,9 +2,12 @@
 
 Every visitor has a chat of their own, ``web:<channel>/<visitor>``: ``anon-<id>`` from a signed
 cookie (sender ``web:anon/<id>``), or ``user-<id>`` for a page opened with the API token
-(sender ``web:user/<id>``). An anonymous page sees only its own chat; a page opened with the
-token is the operator view and sees every chat live (MESSAGES §6). Messages typed here go
-through ingest like any other; what the page shows comes from the live feed.
+(sender ``web:user/<id>``). An anonymous page sees only its own chat, and of it what a platform
+chat shows (MESSAGES §5): its messages, the answers, command outputs and the notices meant for
+it — filtered here, before anything is sent, so no run details, traces, folder names or set-up
+hints ever reach a visitor's socket. A page opened with the token is the operator view and sees
+every chat live, everything included (MESSAGES §6). Messages typed here go through ingest like
+any other; what the page shows comes from the live feed.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from postroom.core.display import shown_to_chat
 from postroom.core.errors import PostroomError
 from postroom.core.messages import InboundMessage
 from postroom.core.signing import sign_value, token_matches, token_tag, verify_value
@@ -41,6 +45,9 @@ VISITOR_COOKIE = "postroom_visitor"
 _CHANNEL = re.compile(r"[a-z0-9_-]{1,64}")
 HISTORY_LIMIT = 200
 PING_TIMEOUT_S = 75.0
+#: What a visitor's page may know of a message's metadata: a command output's exit code, that a
+#: row was a command (shown as one), the attachments they sent.
+_VISITOR_METADATA = ("exit_code", "command", "attachments")
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,19 +145,10 @@ class WebChat:
         bus = self._services.signals.bus
 
         def wanted(event: Event) -> bool:
-            own = event.data.get("chat_jid") == visitor.chat_jid
-            if event.kind == "delivery":
-                # A scheduled answer lives in its task's conversation, not in this chat's
-                # history: it reaches the page as its delivery.
-                return own and event.data.get("kind") == "scheduled"
-            if event.kind not in ("message", "typing"):
-                return False
-            return visitor.operator or own
+            return visitor.operator or event.data.get("chat_jid") == visitor.chat_jid
 
         # Subscribe before reading the history, so nothing falls between the two.
-        subscription = bus.subscribe(
-            accept=wanted, kinds=frozenset({"message", "delivery", "typing"})
-        )
+        subscription = bus.subscribe(accept=wanted, kinds=frozenset({"message", "typing"}))
         try:
             await websocket.send_json(
                 {
@@ -166,17 +164,18 @@ class WebChat:
                 chat_jid=None if visitor.operator else visitor.chat_jid, limit=HISTORY_LIMIT
             )
             last_seq = history[-1].seq if history else 0
+            shown = [_view(visitor, message_to_dict(m)) for m in history]
             await websocket.send_json(
-                {"type": "history", "messages": [message_to_dict(m) for m in history]}
+                {"type": "history", "messages": [m for m in shown if m is not None]}
             )
-            if self._setup_hint:
-                # Not stored: a hint for whoever opens the page, until a model is configured.
+            if self._setup_hint and visitor.operator:
+                # Not stored: a hint for the operator, until a model is configured.
                 await websocket.send_json(
                     {"type": "message", "message": self._notice(visitor, self._setup_hint)}
                 )
             async with asyncio.TaskGroup() as group:
                 reader = group.create_task(self._read(websocket, visitor))
-                writer = group.create_task(self._write(websocket, subscription, last_seq))
+                writer = group.create_task(self._write(websocket, visitor, subscription, last_seq))
                 done, _ = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
                 for task in (reader, writer):
                     if task not in done:
@@ -185,19 +184,25 @@ class WebChat:
             pass
         finally:
             subscription.close()
-            with contextlib.suppress(RuntimeError):
+            # The page may be gone already: closing a socket the client closed is no error.
+            with contextlib.suppress(RuntimeError, WebSocketDisconnect):
                 await websocket.close()
 
-    async def _write(self, websocket: WebSocket, subscription: Any, last_seq: int) -> None:
+    async def _write(
+        self, websocket: WebSocket, visitor: _Visitor, subscription: Any, last_seq: int
+    ) -> None:
         async for event in subscription:
             if event.kind == "message":
                 if int(event.data["seq"]) <= last_seq:
                     continue
-                await websocket.send_json({"type": "message", "message": event.data})
-            elif event.kind == "delivery":
-                await websocket.send_json({"type": "message", "message": self._delivered(event)})
+                message = _view(visitor, event.data)
+                if message is not None:
+                    await websocket.send_json({"type": "message", "message": message})
             else:
-                await websocket.send_json({"type": "typing", **event.data})
+                typing = dict(event.data)
+                if not visitor.operator:
+                    typing.pop("folder", None)
+                await websocket.send_json({"type": "typing", **typing})
 
     def _notice(self, visitor: _Visitor, text: str) -> dict[str, Any]:
         return {
@@ -216,26 +221,6 @@ class WebChat:
             "observed": False,
             "run_id": None,
             "metadata": {"source": "setup"},
-        }
-
-    def _delivered(self, event: Event) -> dict[str, Any]:
-        data = event.data
-        return {
-            "id": f"{data['id']}:{data['chunk']}",
-            "chat_jid": data["chat_jid"],
-            "seq": None,
-            "sender": "bot",
-            "sender_name": self._assistant,
-            "content": data["content"],
-            "timestamp": self._services.clock().isoformat(),
-            "message_type": data["message_type"],
-            "verb": "message",
-            "topic": data.get("topic") or "",
-            "reply_to": None,
-            "routed_to": data.get("folder"),
-            "observed": False,
-            "run_id": None,
-            "metadata": {"scheduled": True},
         }
 
     async def _read(self, websocket: WebSocket, visitor: _Visitor) -> None:
@@ -282,11 +267,24 @@ class WebChat:
         except PostroomError as exc:
             await websocket.send_json({"type": "error", "client_id": client_id, "error": str(exc)})
             return
+        decision = result.decision.to_dict()
+        if not visitor.operator:
+            # Where a message went and why is the operator's business.
+            decision = {"action": decision["action"], "layer": decision["layer"]}
         await websocket.send_json(
-            {
-                "type": "accepted",
-                "client_id": client_id,
-                "id": result.id,
-                "decision": result.decision.to_dict(),
-            }
+            {"type": "accepted", "client_id": client_id, "id": result.id, "decision": decision}
         )
+
+
+def _view(visitor: _Visitor, message: dict[str, Any]) -> dict[str, Any] | None:
+    """A stored message as this page may see it: all of it for the operator; for a visitor,
+    what their chat shows (MESSAGES §5), without the folder, the run or operator metadata."""
+    if visitor.operator:
+        return message
+    metadata = message.get("metadata") or {}
+    if not shown_to_chat(str(message.get("message_type")), metadata):
+        return None
+    kept = {key: metadata[key] for key in _VISITOR_METADATA if key in metadata}
+    if kept.get("command") is not True:  # a notice's metadata names the command it answers
+        kept.pop("command", None)
+    return {**message, "routed_to": None, "run_id": None, "metadata": kept}

@@ -5,7 +5,11 @@ an :class:`InboundMessage` (``events``), files are fetched with the bot token, a
 is ingested; only then is Slack acknowledged — the HTTP 200 of the Events API, the envelope
 ack of Socket Mode. Slack sends the same message as a ``message`` and an ``app_mention`` event;
 both carry the same ``ts``, which is the message id and therefore the dedupe key (so are
-Slack's retries, ``X-Slack-Retry-Num``).
+Slack's retries, ``X-Slack-Retry-Num``). Registered slash commands (``/new``, ``/stop``,
+``/status``, ``/chatid``) arrive as their own payload — a signed form POST to
+``/channels/slack/commands``, or a ``slash_commands`` envelope — and are ingested as the command
+they stand for, addressed to the bot; the answer is a host message in the chat, as for a typed
+command, and a refusal is shown to the person alone.
 
 Outbound, a reply goes into the thread it belongs to: the thread of its topic (a Slack
 ``thread_ts`` normalized by postroom, turned back here), else — in channels — a new thread
@@ -17,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,34 +43,35 @@ from starlette.routing import BaseRoute, Route
 from postroom.channels.base import BaseChannel, FormattingRejected, RateLimitedByPlatform
 from postroom.channels.recent import Recent
 from postroom.channels.slack.config import SlackConfig
+from postroom.channels.slack.directory import Directory
 from postroom.channels.slack.events import (
     BotIdentity,
     SlackMessage,
-    guess_kind,
     is_ts,
-    kind_of_channel,
     parse_event,
+    parse_slash_command,
     thread_ts_of_topic,
     timestamp_of,
 )
 from postroom.channels.slack.files import FileFetcher, content_with_files
+from postroom.core.decision import Action
 from postroom.core.errors import InvalidInput
 from postroom.core.jid import decode_id_part, split_jid
 from postroom.core.messages import InboundMessage
 from postroom.engine.delivery import DeliveryFailed, OutgoingChunk, SendResult
 
-__all__ = ["EVENTS_PATH", "SlackChannel"]
+__all__ = ["COMMANDS_PATH", "EVENTS_PATH", "SlackChannel"]
 
 log = structlog.get_logger(__name__)
 
 EVENTS_PATH = "/channels/slack/events"
+COMMANDS_PATH = "/channels/slack/commands"
 #: The chat is gone or the bot is out of it: retrying cannot help.
 PERMANENT_ERRORS = frozenset(
     {"channel_not_found", "not_in_channel", "is_archived", "account_inactive", "token_revoked"}
 )
 #: Slack refused the markup (only blocks can be malformed; mrkdwn text never is, in practice).
 FORMAT_ERRORS = frozenset({"invalid_blocks", "invalid_blocks_format", "markdown_text_conflict"})
-LOOKUP_TIMEOUT_S = 1.5
 MAX_BACKOFF_S = 60.0
 
 
@@ -95,8 +101,7 @@ class SlackChannel(BaseChannel):
         self._socket: SocketModeClient | None = None
         self._task: asyncio.Task[None] | None = None
         self._bot: BotIdentity | None = None
-        self._kinds: Recent[str, str] = Recent(4096)
-        self._names: Recent[str, str] = Recent(4096)
+        self._directory = Directory(lambda: self.web)
         #: (channel, ts) of messages written inside a thread → that thread's ts.
         self._parents: Recent[tuple[str, str], str] = Recent(4096)
         #: postroom message id → the thread its first chunk went to (later chunks follow).
@@ -158,7 +163,10 @@ class SlackChannel(BaseChannel):
     def routes(self) -> list[BaseRoute]:
         if self._config.resolved_mode != "events":
             return []
-        return [Route(EVENTS_PATH, self._events, methods=["POST"])]
+        return [
+            Route(EVENTS_PATH, self._events, methods=["POST"]),
+            Route(COMMANDS_PATH, self._commands, methods=["POST"]),
+        ]
 
     @property
     def web(self) -> AsyncWebClient:
@@ -209,7 +217,8 @@ class SlackChannel(BaseChannel):
         self.connected(f"socket mode, bot user {self._bot.user_id} in {self._bot.team_id}")
 
     # -- inbound -------------------------------------------------------------------------------
-    async def _events(self, request: Request) -> Response:
+    async def _signed_body(self, request: Request) -> bytes | Response:
+        """The body of a request Slack signed, or the refusal to answer with."""
         body = await request.body()
         if len(body) > self._config.max_body_bytes:
             return JSONResponse({"error": "The body is too large."}, status_code=413)
@@ -221,6 +230,12 @@ class SlackChannel(BaseChannel):
             return JSONResponse(
                 {"error": "Missing, stale or wrong X-Slack-Signature."}, status_code=401
             )
+        return body
+
+    async def _events(self, request: Request) -> Response:
+        body = await self._signed_body(request)
+        if isinstance(body, Response):
+            return body
         try:
             payload = json.loads(body)
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -232,13 +247,50 @@ class SlackChannel(BaseChannel):
         await self.handle_payload(payload)
         return Response(status_code=200)
 
+    async def _commands(self, request: Request) -> Response:
+        body = await self._signed_body(request)
+        if isinstance(body, Response):
+            return body
+        # A body that passed the signature check is UTF-8 (the check decodes it).
+        fields = dict(urllib.parse.parse_qsl(body.decode("utf-8"), keep_blank_values=True))
+        refusal = await self.handle_command(fields)
+        if refusal is None:
+            return Response(status_code=200)
+        # Shown to the person who typed the command, and to nobody else.
+        return JSONResponse({"response_type": "ephemeral", "text": refusal})
+
     async def _on_socket_request(
         self, client: AsyncBaseSocketModeClient, request: SocketModeRequest
     ) -> None:
+        refusal: str | None = None
         if request.type == "events_api":
             await self.handle_payload(request.payload)
+        elif request.type == "slash_commands":
+            refusal = await self.handle_command(request.payload)
         # Acknowledged only once ingested: an exception above leaves it for Slack to resend.
-        await client.send_socket_mode_response(SocketModeResponse(request.envelope_id))
+        answer = {"text": refusal} if refusal is not None else None
+        await client.send_socket_mode_response(
+            SocketModeResponse(request.envelope_id, payload=answer)
+        )
+
+    async def handle_command(self, fields: Mapping[str, Any]) -> str | None:
+        """Ingest a registered slash command as the command it stands for (the path both modes
+        share). The answer reaches the chat as a host message; what is returned is a sentence
+        for the person alone when the command was refused or not carried out."""
+        try:
+            command = parse_slash_command(fields)
+        except InvalidInput as exc:
+            return str(exc)
+        kind = command.kind or await self._directory.kind(command.channel_id, None)
+        name = await self._directory.name(command.user_id)
+        inbound = command.inbound(kind, name, self.context.clock())
+        try:
+            result = await self.receive(inbound)
+        except InvalidInput as exc:
+            return str(exc)
+        if result is not None and result.decision.action is Action.IGNORE:
+            return f"{command.content} was not carried out: no agent answers in this channel."
+        return None
 
     async def handle_payload(self, payload: Mapping[str, Any]) -> None:
         """Ingest the message an ``event_callback`` carries (the path both modes share)."""
@@ -250,7 +302,7 @@ class SlackChannel(BaseChannel):
         channel_id = str(event.get("channel") or "")
         if not channel_id:
             return
-        kind = await self._kind(channel_id, event.get("channel_type"))
+        kind = await self._directory.kind(channel_id, event.get("channel_type"))
         message = parse_event(
             payload,
             event,
@@ -276,7 +328,7 @@ class SlackChannel(BaseChannel):
         attachments: tuple[Any, ...] = ()
         name = ""
         if not message.is_from_me:
-            name = await self._name(message.user_id)
+            name = await self._directory.name(message.user_id)
             if message.files and self._files is not None:
                 attachments = await self._files.attachments(
                     message.files, cap_bytes=self.context.image_bytes
@@ -306,54 +358,6 @@ class SlackChannel(BaseChannel):
             attachments=attachments,
             metadata=metadata,
         )
-
-    async def _kind(self, channel_id: str, channel_type: Any) -> str:
-        """channel, group or dm: from the event when it says, else asked once and cached."""
-        kind = kind_of_channel(str(channel_type) if channel_type else None, channel_id)
-        if kind is not None:
-            self._kinds.put(channel_id, kind)
-            return kind
-        cached = self._kinds.get(channel_id)
-        if cached is not None:
-            return cached
-        try:
-            async with asyncio.timeout(LOOKUP_TIMEOUT_S):
-                response = await self.web.conversations_info(channel=channel_id)
-            info = response.get("channel") or {}
-            if info.get("is_im"):
-                kind = "dm"
-            elif info.get("is_mpim") or info.get("is_private") or info.get("is_group"):
-                kind = "group"
-            else:
-                kind = "channel"
-        except (SlackApiError, aiohttp.ClientError, TimeoutError) as exc:
-            log.warning("slack.channel_lookup_failed", channel=channel_id, error=str(exc))
-            return guess_kind(channel_id)
-        self._kinds.put(channel_id, kind)
-        return kind
-
-    async def _name(self, user_id: str) -> str:
-        cached = self._names.get(user_id)
-        if cached is not None:
-            return cached
-        name = user_id
-        try:
-            async with asyncio.timeout(LOOKUP_TIMEOUT_S):
-                response = await self.web.users_info(user=user_id)
-            user = response.get("user") or {}
-            profile = user.get("profile") or {}
-            name = str(
-                profile.get("display_name")
-                or profile.get("real_name")
-                or user.get("real_name")
-                or user.get("name")
-                or user_id
-            )
-        except (SlackApiError, aiohttp.ClientError, TimeoutError) as exc:
-            # Without users:read the id is the name; remembered so we do not ask again.
-            log.debug("slack.user_lookup_failed", user=user_id, error=str(exc))
-        self._names.put(user_id, name)
-        return name
 
     # -- outbound ------------------------------------------------------------------------------
     async def do_send(self, chunk: OutgoingChunk, text: str, style: str) -> SendResult:

@@ -7,27 +7,37 @@ direct messages, sender ``slack:user/<id>``. The thread a message was written in
 ``thread_ts``) is its native topic; postroom normalizes ``1712345678.123456`` to
 ``1712345678-123456``, and :func:`thread_ts_of_topic` turns that back into the ``thread_ts``
 a reply must carry.
+
+Registered slash commands (``/new``, ``/stop``, ``/status``, ``/chatid``, or one command such
+as ``/postroom`` taking the command's name) arrive as their own payload, not as a message
+event: :func:`parse_slash_command` reads one as the steering command it stands for.
 """
 
 from __future__ import annotations
 
 import html
 import re
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
+from postroom.core.errors import InvalidInput
 from postroom.core.jid import make_jid
+from postroom.core.messages import InboundMessage
+from postroom.core.steering import SLASH_COMMANDS
 
 __all__ = [
     "BotIdentity",
+    "SlackCommand",
     "SlackMessage",
     "guess_kind",
     "is_ts",
     "kind_of_channel",
     "parse_event",
+    "parse_slash_command",
     "slack_text_to_plain",
     "thread_ts_of_topic",
     "timestamp_of",
@@ -44,6 +54,12 @@ _SPOKEN_SUBTYPES = frozenset({"", "file_share", "thread_broadcast", "me_message"
 _TS = re.compile(r"\d{1,12}\.\d{1,9}")
 _TS_TOPIC = re.compile(r"(\d{1,12})-(\d{1,9})")
 _REFERENCE = re.compile(r"<([^<>|]+)(?:\|([^<>]*))?>")
+_SLACK_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+#: ``channel_name`` of a slash command → the chat kind, where it tells.
+_COMMAND_CHANNELS: Mapping[str, str] = MappingProxyType(
+    {"directmessage": "dm", "privategroup": "group"}
+)
+_COMMAND_WORDS = ", ".join(sorted(SLASH_COMMANDS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +105,69 @@ class SlackMessage:
     def reply_to(self) -> str | None:
         """A message in a thread answers the thread's first message."""
         return self.topic or None
+
+
+@dataclass(frozen=True, slots=True)
+class SlackCommand:
+    """A registered slash command, as the steering command it stands for (``/new``...)."""
+
+    name: str
+    team_id: str
+    channel_id: str
+    #: ``dm`` or ``group`` when the payload says so, else ``None`` (the channel is asked).
+    kind: str | None
+    user_id: str
+    trigger_id: str
+
+    @property
+    def content(self) -> str:
+        return f"/{self.name}"
+
+    def inbound(self, kind: str, sender_name: str, now: datetime) -> InboundMessage:
+        """The message ingest takes: the command, addressed to the bot (as ``/new@bot`` is)."""
+        return InboundMessage(
+            id=f"command-{self.trigger_id or uuid.uuid4().hex}",
+            chat_jid=make_jid("slack", self.team_id, kind, self.channel_id),
+            sender=make_jid("slack", "user", self.user_id),
+            content=self.content,
+            timestamp=now,
+            sender_name=sender_name,
+            mentioned=True,
+            is_dm=kind == "dm",
+            metadata={
+                "slack": {"channel": self.channel_id, "team": self.team_id, "slash_command": True}
+            },
+        )
+
+
+def parse_slash_command(fields: Mapping[str, Any]) -> SlackCommand:
+    """Read a slash command payload (the form fields of the Events API, the payload of a Socket
+    Mode envelope). ``/new`` is ``/new``; any other registered command (``/postroom``) takes the
+    name as its text (``/postroom status``). :class:`InvalidInput` says what was wrong."""
+    command = str(fields.get("command") or "").strip().lstrip("/").lower()
+    text = str(fields.get("text") or "").strip()
+    if command in SLASH_COMMANDS:
+        if text:
+            raise InvalidInput(f"/{command} takes nothing after it.")
+        name = command
+    else:
+        name = text.lstrip("/\\").lower()
+        if name not in SLASH_COMMANDS:
+            raise InvalidInput(f"/{command or '?'} takes one of: {_COMMAND_WORDS}.")
+    team_id = str(fields.get("team_id") or "")
+    channel_id = str(fields.get("channel_id") or "")
+    user_id = str(fields.get("user_id") or "")
+    if not all(_SLACK_ID.fullmatch(value) for value in (team_id, channel_id, user_id)):
+        raise InvalidInput("The slash command does not say its workspace, channel and user.")
+    kind = _COMMAND_CHANNELS.get(str(fields.get("channel_name") or ""))
+    return SlackCommand(
+        name=name,
+        team_id=team_id,
+        channel_id=channel_id,
+        kind=kind or kind_of_channel(None, channel_id),
+        user_id=user_id,
+        trigger_id=str(fields.get("trigger_id") or "")[:200],
+    )
 
 
 def kind_of_channel(channel_type: str | None, channel_id: str) -> str | None:

@@ -139,6 +139,16 @@ class MessageStatements(Statements):
         row = await self._one("SELECT COALESCE(MAX(seq), 0) FROM messages")
         return int(row[0])
 
+    async def several_senders(self, chat_jid: str, *, within: int) -> bool:
+        # Bounded: a walk back along idx_messages_chat_seq, however long the chat is.
+        row = await self._one(
+            "SELECT COUNT(DISTINCT sender) > 1 FROM (SELECT sender FROM messages "
+            "WHERE chat_jid = ? AND message_type = 'user' AND is_from_me = 0 "
+            "ORDER BY seq DESC LIMIT ?)",
+            (chat_jid, within),
+        )
+        return bool(row and row[0])
+
     async def conversation_messages(self, conversation_id: int, *, limit: int) -> list[TurnRow]:
         rows = await self._all(
             f"SELECT * FROM (SELECT {_M_COLUMNS}, jm.job_id, j.status FROM messages m "
