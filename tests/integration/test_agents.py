@@ -345,6 +345,8 @@ async def test_the_model_sees_observed_rows_persona_and_notices_never_host_or_tr
     first = fake.bodies(MESSAGES)
     assert "You are Main, version one." in first[0]["system"]
     assert texts(first[0]) == ["what do you know about me?"]
+    # Delivered first: a delivery renews the engagement that the reset below ends.
+    await rig.delivered(CHAT, ("assistant", "I have nothing on file yet."))
 
     # A steering command: consumed, acknowledged with a host message.
     steering = await rig.ingest(CHAT, "@")
