@@ -1,7 +1,6 @@
 """The real composition root in a test's event loop: a data directory, ``Gateway.build`` with
 fakes in its keyword seams, ``Gateway.run`` on a free loopback port (what ``postroom serve``
-runs), a channel that records what the delivery loop sends it, and waits on the engine's own
-state rather than on time."""
+runs), and a channel that records what the delivery loop sends it."""
 
 from __future__ import annotations
 
@@ -9,16 +8,15 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from postroom.app.gateway import Gateway
 from postroom.channels.base import BaseChannel
 from postroom.config import DATABASE_FILE
 from postroom.engine.delivery import OutgoingChunk, SendResult
-from postroom.engine.services import Services
 from postroom.store.sqlite import SqliteStore
 
-__all__ = ["RecordingChannel", "idle", "new_data_dir", "serving"]
+__all__ = ["RecordingChannel", "new_data_dir", "serving"]
 
 START_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 30.0
@@ -82,12 +80,3 @@ class RecordingChannel(BaseChannel):
 
     def to(self, chat_jid: str) -> list[tuple[str, str]]:
         return [(c.message_type, c.content) for c in self.sent if c.chat_jid == chat_jid]
-
-
-async def idle(services: Services) -> bool:
-    """No turn queued or running and no delivery pending: everything that was written so far
-    has been worked off (a positive signal to wait for before asserting that nothing more
-    happened)."""
-    async with services.store.read() as tx:
-        counts: dict[str, Any] = await tx.job_counts()
-    return counts["queued"] == 0 and counts["running"] == 0 and counts["deliveries_pending"] == 0

@@ -111,3 +111,14 @@ async def eventually(
                 await asyncio.sleep(0.01)
     except TimeoutError:
         raise AssertionError(f"timed out waiting for {what}") from None
+
+
+async def queue_idle(services: Services, *, outbox: bool = True) -> bool:
+    """No turn queued or running (and, with *outbox*, no delivery pending): everything written
+    so far has been worked off. The positive signal to wait for before asserting that nothing
+    more happened — never a sleep."""
+    async with services.store.read() as tx:
+        counts = await tx.job_counts()
+    if outbox and counts["deliveries_pending"]:
+        return False
+    return counts["queued"] == 0 and counts["running"] == 0

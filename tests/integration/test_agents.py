@@ -42,8 +42,8 @@ from postroom.store.records import JobKind, JobRecord, JobStatus, RunRecord
 
 from fake_llm import FakeLLM, Received, Reply, serve
 from fakeclock import FakeClock
-from gateway_support import RecordingChannel, idle, new_data_dir, serving
-from support import eventually, inbound
+from gateway_support import RecordingChannel, new_data_dir, serving
+from support import eventually, inbound, queue_idle
 
 # One fake Messages API per module (starting uvicorn costs ~0.2 s); each test starts from a clean
 # slate of recorded requests and queued replies.
@@ -273,7 +273,7 @@ class Rig:
         await eventually(
             lambda: len(self.sink.to(chat)) >= len(expected), f"{len(expected)} sends to {chat}"
         )
-        await eventually(lambda: idle(self.services), "every turn and delivery to be done")
+        await eventually(lambda: queue_idle(self.services), "every turn and delivery to be done")
         assert self.sink.to(chat) == list(expected)
 
 
@@ -867,7 +867,7 @@ async def test_delegation_deeper_than_the_cap_is_refused(rig: Rig, fake: FakeLLM
 
     await eventually(chain_done, "the chain of delegations to finish")
     # A fifth turn would have been queued in the commit of the fourth: none is left to run.
-    await eventually(lambda: idle(rig.services), "every turn and delivery to be done")
+    await eventually(lambda: queue_idle(rig.services), "every turn and delivery to be done")
     jobs = await rig.jobs()
     assert [(j.folder, j.depth, j.kind.value) for j in jobs] == [
         ("team", 0, "turn"),
