@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from turn_rig import GatedProvider, Rig, all_jobs, answers, fire, rows, settled
 
 from postroom.config import DATABASE_FILE
 from postroom.core import Action, MessageType
@@ -25,6 +24,7 @@ from postroom.store.records import JobRecord, JobStatus
 from fakeclock import FakeClock
 from gateway_support import new_data_dir
 from support import eventually, inbound, queue_idle
+from turn_rig import GatedProvider, Rig, all_jobs, answers, fire, rows, settled
 
 OWNER = "telegram:user/1"
 OWNERS = {"senders": [OWNER]}

@@ -7,11 +7,26 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 from structlog.testing import capture_logs
+
+from postroom.app.gateway import Gateway
+from postroom.app.wiring import owner_id
+from postroom.config import DATABASE_FILE, Config
+from postroom.core import Action, MessageType
+from postroom.engine import FolderSpec, Services
+from postroom.engine.signals import Event
+from postroom.llm import EchoProvider, ModelRequest, ProviderError
+from postroom.store import NewMessage, SqliteStore
+from postroom.store.records import JobStatus
+from postroom.store.sqlite import base as sqlite_base
+
+from fakeclock import FakeClock
+from gateway_support import RecordingChannel, new_data_dir, serving
+from support import eventually, inbound, queue_idle, seed_spec_table
 from turn_rig import (
     CLAIM,
     SWEEP,
@@ -26,18 +41,6 @@ from turn_rig import (
     statements,
     turn_task_alive,
 )
-
-from postroom.app.wiring import owner_id
-from postroom.core import Action, MessageType
-from postroom.engine import FolderSpec, Services
-from postroom.engine.signals import Event
-from postroom.llm import EchoProvider, ModelRequest, ProviderError
-from postroom.store import NewMessage
-from postroom.store.records import JobStatus
-from postroom.store.sqlite import base as sqlite_base
-
-from fakeclock import FakeClock
-from support import eventually, inbound
 
 
 @pytest.fixture
@@ -202,6 +205,111 @@ async def test_a_stalled_worker_cannot_commit_a_turn_it_lost(rig: Rig, clock: Fa
     )
 
 
+async def test_a_turn_of_three_lease_lengths_keeps_its_lease_and_finishes_once(
+    tmp_path: Path,
+) -> None:
+    """PIPELINE §2: a run that lasts many times the lease keeps it by renewal (real time here:
+    the lease is compared with the clock), and its answer is stored and delivered once."""
+    data = await new_data_dir(tmp_path / "data")
+    runner = GatedProvider()
+    runner.holds[0] = asyncio.Event()
+    channel = RecordingChannel()
+    config = Config.model_validate({"queue": {"lease": "1s", "lease_renew": "100ms"}})
+    gateway = await Gateway.build(data, config, providers={"echo": runner}, channels=[channel])
+    services = gateway.services
+    await seed_spec_table(services)
+    chat = "telegram:group/5"
+    async with serving(gateway):
+        job_id = await fire(services, chat, "take your time")
+        await eventually(lambda: runner.total == 1, "the run to start")
+        asyncio.get_running_loop().call_later(3.5, runner.holds[0].set)  # 3.5 leases
+        with statements(services, "UPDATE jobs SET lease_until") as renewals:
+            job = await settled(services, job_id)
+        await eventually(lambda: channel.to(chat), "the answer to be delivered")
+        await eventually(lambda: queue_idle(services), "the outbox to be idle")
+        assert len(renewals) >= 10, renewals
+        (answer,) = await answers(services, chat)
+        assert (job.attempts, job.answer_id) == (0, answer.id)
+        assert len(runner.requests) == 1 and runner.cancelled() == []
+        assert [r.outcome for r in await runs(services)] == ["ok"]
+        async with services.store.read() as tx:
+            (delivery,) = await tx.list_deliveries(message_id=answer.id)
+        assert delivery.status == "sent"
+        assert channel.to(chat) == [("assistant", "take your time")]
+
+
+async def take_lease(store: SqliteStore, job_id: int, now: datetime) -> None:
+    """Another server takes the job: it finds the lease expired and claims the turn."""
+    async with store.write() as tx:
+        assert await tx.release_expired_leases(now=now) == [job_id]
+        taken = await tx.claim_job(
+            now=now,
+            lease_until=now + timedelta(seconds=30),
+            owner="another-server",
+            boot_id="x",
+            token="ghost",
+        )
+    assert taken is not None and taken.id == job_id
+
+
+async def test_a_worker_whose_lease_was_taken_stops_at_once_and_commits_nothing(
+    rig: Rig, clock: FakeClock
+) -> None:
+    runner = GatedProvider(open_gate=False)
+    services = (await rig.start(runner, queue={"lease_renew": "50ms"})).services
+    chat = "telegram:group/5"
+    job_id = await fire(services, chat, "hello")
+    await eventually(lambda: runner.total == 1, "the run to start")
+
+    # Another process (no signal reaches this one) takes the turn over.
+    other = await SqliteStore.open(rig.data_dir / DATABASE_FILE)
+    try:
+        await take_lease(other, job_id, clock() + timedelta(seconds=31))
+        await eventually(lambda: runner.cancelled() == [0], "the run to stop")
+        await eventually(lambda: not turn_task_alive(job_id), "the turn to end")
+        runner.gate.set()
+        assert await answers(services, chat) == []
+        assert await runs(services) == []  # not even a record: the turn is not ours
+        job = await services.turns.get_job(job_id)
+        assert (job.status, job.lease_owner, job.attempts) == (
+            JobStatus.RUNNING,
+            "another-server",
+            0,
+        )
+        # That server gives the turn back (it stopped): this one answers it, once.
+        async with other.write() as tx:
+            assert await tx.release_lease(job_id, "ghost")
+    finally:
+        await other.close()
+    services.signals.turns.wake()
+    job = await settled(services, job_id)
+    (answer,) = await answers(services, chat)
+    assert (answer.content, job.answer_id, job.attempts) == ("hello", answer.id, 0)
+    assert len(runner.requests) == 2
+
+
+async def test_a_turn_cancelled_by_another_process_stops_and_commits_nothing(
+    rig: Rig, clock: FakeClock
+) -> None:
+    """``postroom jobs cancel`` runs in another process: the worker learns it when it renews."""
+    runner = GatedProvider(open_gate=False)
+    services = (await rig.start(runner, queue={"lease_renew": "50ms"})).services
+    chat = "telegram:group/5"
+    job_id = await fire(services, chat, "hello")
+    await eventually(lambda: runner.total == 1, "the run to start")
+    other = await SqliteStore.open(rig.data_dir / DATABASE_FILE)
+    try:
+        async with other.write() as tx:
+            assert await tx.cancel_job(job_id, now=clock()) is not None
+    finally:
+        await other.close()
+    await eventually(lambda: runner.cancelled() == [0], "the run to stop")
+    await eventually(lambda: not turn_task_alive(job_id), "the turn to end")
+    runner.gate.set()
+    assert await answers(services, chat) == []
+    assert (await services.turns.get_job(job_id)).status is JobStatus.CANCELLED
+
+
 async def test_an_answered_turn_is_never_run_again(rig: Rig, clock: FakeClock) -> None:
     runner = GatedProvider()
     first = await rig.start(runner)
@@ -255,7 +363,7 @@ async def test_turns_fill_the_free_slots_and_no_more(rig: Rig) -> None:
     runner.gate.set()
     for job_id in jobs:
         await settled(services, job_id)
-    assert pool.running_jobs == []
+    await eventually(lambda: pool.running_jobs == [], "every turn task to end")
     # Never a fourth at once: the last turn started only after one of the first three ended.
     assert runner.max_total == 3
     assert runner.events.index(("start", 3)) > min(

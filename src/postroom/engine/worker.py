@@ -44,6 +44,8 @@ __all__ = ["ContextSettings", "WorkerPool"]
 log = structlog.get_logger(__name__)
 
 TYPING_REFRESH_S = 4.0
+#: Why a run was stopped when its lease turned out to be gone.
+LEASE_LOST = "lease lost"
 
 
 class _LeaseLost(Exception):
@@ -268,7 +270,8 @@ class WorkerPool:
             )
         except asyncio.CancelledError:
             reason = entry.reason or "cancelled"
-            if reason != "shutdown" and request is not None:
+            # A lost lease means the turn is another worker's now: this one leaves no trace.
+            if reason not in ("shutdown", LEASE_LOST) and request is not None:
                 await self._record(job, settings, request, outcome=reason, duration_ms=elapsed_ms())
             log.info("turn.cancelled", job_id=job.id, reason=reason)
         except _LeaseLost:
@@ -442,15 +445,22 @@ class WorkerPool:
 
     # -- helpers while a turn runs -------------------------------------------------------------
     async def _keep_lease(self, job_id: int, token: str, entry: _Running) -> None:
+        """Renew the lease while the turn runs; stop the run the moment it is not ours (another
+        process cancelled or requeued it, or let it expire and another worker claimed it)."""
         while True:
             await asyncio.sleep(self._queue.lease_renew_s)
             now = self._clock()
-            async with self._store.write() as tx:
-                kept = await tx.renew_lease(
-                    job_id, token, now + timedelta(seconds=self._queue.lease_s)
-                )
+            try:
+                async with self._store.write() as tx:
+                    kept = await tx.renew_lease(
+                        job_id, token, now + timedelta(seconds=self._queue.lease_s)
+                    )
+            except Exception:
+                # A busy or failing store: try again at the next renewal, while the lease lasts.
+                log.exception("turn.lease_renewal_failed", job_id=job_id)
+                continue
             if not kept:
-                entry.cancel("lease lost")
+                entry.cancel(LEASE_LOST)
                 return
 
     async def _keep_typing(self, chats: Sequence[str], folder: str) -> None:
