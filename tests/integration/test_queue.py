@@ -22,9 +22,10 @@ from postroom.store import SqliteStore, Store, StoreTx
 from postroom.store.records import JobRecord, JobStatus
 
 from fakeclock import FakeClock
+from gated_provider import GatedProvider
 from gateway_support import new_data_dir
 from support import eventually, inbound, queue_idle
-from turn_rig import GatedProvider, Rig, all_jobs, answers, fire, rows, settled
+from turn_rig import Rig, all_jobs, answers, fire, rows, settled
 
 OWNER = "telegram:user/1"
 OWNERS = {"senders": [OWNER]}

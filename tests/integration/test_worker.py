@@ -25,12 +25,12 @@ from postroom.store.records import JobStatus
 from postroom.store.sqlite import base as sqlite_base
 
 from fakeclock import FakeClock
+from gated_provider import GatedProvider
 from gateway_support import RecordingChannel, new_data_dir, serving
 from support import eventually, inbound, queue_idle, seed_spec_table
 from turn_rig import (
     CLAIM,
     SWEEP,
-    GatedProvider,
     Rig,
     answers,
     fire,
