@@ -34,7 +34,7 @@ from postroom.engine.notices import post_notice
 from postroom.engine.runner import AgentResult, AgentRunner
 from postroom.engine.signals import Signals
 from postroom.engine.tools import ToolFactory, TurnToolbox
-from postroom.engine.turns import QueueSettings
+from postroom.engine.turns import QueueSettings, reply_chats
 from postroom.llm.base import ModelRequest, ProviderError
 from postroom.store.protocol import Store
 from postroom.store.records import JobKind, JobRecord, JobStatus, RunRecord
@@ -216,7 +216,7 @@ class WorkerPool:
                 )
                 if job is None:
                     return jobs, await tx.next_job_due()
-                await self._context.attach_observed(tx, job, _reply_chats(job))
+                await self._context.attach_observed(tx, job, reply_chats(job))
                 jobs.append(job)
         return jobs, None
 
@@ -245,7 +245,7 @@ class WorkerPool:
         assert job.lease_token is not None
         token = job.lease_token
         settings = self._catalog.snapshot.settings(job.folder, self._defaults)
-        chats = _reply_chats(job)
+        chats = reply_chats(job)
         log.info("turn.started", job_id=job.id, folder=job.folder, chat_jid=job.chat_jid)
         helpers = [
             asyncio.create_task(self._keep_lease(job.id, token, entry), name=f"lease-{job.id}"),
@@ -394,7 +394,7 @@ class WorkerPool:
                     attempts=attempts,
                 ):
                     return
-                for chat_jid in _reply_chats(job):
+                for chat_jid in reply_chats(job):
                     await post_notice(
                         tx,
                         chat_jid,
@@ -469,12 +469,6 @@ class WorkerPool:
             for chat_jid in chats:
                 self._signals.typing(chat_jid, folder, True)
             await asyncio.sleep(TYPING_REFRESH_S)
-
-
-def _reply_chats(job: JobRecord) -> list[str]:
-    """The chats whose messages the turn answers (the task's chat for a scheduled turn)."""
-    chats = list(dict.fromkeys(chat for _, chat in job.messages))
-    return chats or [job.chat_jid]
 
 
 def _run_record(
