@@ -13,6 +13,7 @@ are consumed in a known order.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import json
@@ -788,6 +789,73 @@ async def test_ordinary_agents_get_no_route_tools(rig: Rig, fake: FakeLLM) -> No
     (refused,) = tool_results(bodies[1])
     assert refused["is_error"] is True and "no tool 'add_route'" in refused["content"]
     assert len(await rig.services.routes.list_routes()) == 1
+
+
+# --------------------------------------------------------------------------- busy_policy steer (§2)
+
+
+async def steering_folder(rig: Rig) -> None:
+    spec = FolderSpec(persona="You are Main.", provider="anthropic", busy_policy="steer")
+    await rig.services.folders.add_folder("main", spec, actor="test")
+    await rig.route(9999, "", "main")
+
+
+def held(reply: Reply) -> tuple[Reply, asyncio.Event]:
+    """*reply*, answered only once the returned event is set."""
+    reply.hold = asyncio.Event()
+    return reply, reply.hold
+
+
+async def test_steer_brings_a_message_into_the_running_tool_loop_at_its_next_call(
+    rig: Rig, fake: FakeLLM
+) -> None:
+    """PIPELINE §2: a message arriving while the turn runs reaches the run's next model call,
+    and that turn answers it (``job_messages``); the follow-up it was queued as is cancelled."""
+    await steering_folder(rig)
+    first, release = held(tool_reply(("memory_search", {"query": "tea"})))
+    fake.answer(MESSAGES, first, text_reply("Tea and biscuits, noted."))
+    tea = await rig.ingest(CHAT, "I like tea")
+    job_id = tea.decision.job_id
+    assert job_id is not None
+    await eventually(lambda: len(fake.received) == 1, "the first model call")
+    biscuits = await rig.ingest(CHAT, "and biscuits")
+    assert biscuits.decision.action is Action.FIRE
+    followup = biscuits.decision.job_id
+    assert followup is not None and followup != job_id  # queued behind the running turn
+    release.set()
+
+    job = await rig.done(job_id)
+    bodies = fake.bodies(MESSAGES)
+    assert len(bodies) == 2
+    assert texts(bodies[0]) == ["I like tea"]
+    assert texts(bodies[1])[0] == "I like tea" and texts(bodies[1])[-1] == "and biscuits"
+    assert job.messages == ((tea.id, CHAT), (biscuits.id, CHAT))
+    taken = await rig.services.turns.get_job(followup)
+    assert (taken.status, taken.messages) == (JobStatus.CANCELLED, ())
+    (answer,) = await rig.of_type(CHAT, MessageType.ASSISTANT)
+    assert (answer.content, answer.metadata["job_id"]) == ("Tea and biscuits, noted.", job_id)
+    assert answer.reply_to == biscuits.id
+    (run,) = [r for r in await rig.runs() if r.job_id == job_id]
+    assert run.messages[-1]["content"] == "and biscuits"
+    await rig.delivered(CHAT, ("assistant", "Tea and biscuits, noted."))
+
+
+async def test_steer_leaves_the_message_to_a_follow_up_when_the_run_calls_no_more(
+    rig: Rig, fake: FakeLLM
+) -> None:
+    await steering_folder(rig)
+    first, release = held(text_reply("One."))
+    fake.answer(MESSAGES, first, text_reply("Two."))
+    one = await rig.ingest(CHAT, "first")
+    await eventually(lambda: len(fake.received) == 1, "the first model call")
+    two = await rig.ingest(CHAT, "second")
+    assert one.decision.job_id is not None and two.decision.job_id is not None
+    release.set()
+    first_job = await rig.done(one.decision.job_id)
+    second_job = await rig.done(two.decision.job_id)
+    assert (first_job.messages, second_job.messages) == (((one.id, CHAT),), ((two.id, CHAT),))
+    assert texts(fake.bodies(MESSAGES)[1]) == ["first", "One.", "second"]
+    await rig.delivered(CHAT, ("assistant", "One."), ("assistant", "Two."))
 
 
 # --------------------------------------------------------------------------- delegation (§5)

@@ -4,8 +4,9 @@ operator's retry and cancel.
 A conversation is ``(folder, chat_jid, topic)`` — or ``(folder, topic)`` for a folder with
 ``session = "shared"``. A fired message joins the conversation's queued turn if there is one;
 if a turn is running, the folder's ``busy_policy`` decides: ``followup`` queues one turn after
-it, ``interrupt`` cancels it and queues one that answers everything, ``steer`` behaves as
-``followup`` until a provider loop can take messages mid-run.
+it, ``interrupt`` cancels it and queues one that answers everything, ``steer`` queues the
+follow-up too, and the running turn takes its messages over at its next model call (the worker
+does that; a run that calls the model no more leaves them to the follow-up).
 """
 
 from __future__ import annotations

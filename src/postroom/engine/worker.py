@@ -18,20 +18,21 @@ import functools
 import secrets
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 import structlog
 
-from postroom.core.folders import FolderDefaults, FolderSettings
+from postroom.core.context import ContextMessage
+from postroom.core.folders import BusyPolicy, FolderDefaults, FolderSettings
 from postroom.engine.answer import AnswerWriter
 from postroom.engine.catalog import Catalog
 from postroom.engine.clock import Clock
-from postroom.engine.context_builder import ContextBuilder, ContextSettings
+from postroom.engine.context_builder import ContextBuilder, ContextSettings, PreparedTurn
 from postroom.engine.memory import MemoryService
 from postroom.engine.metrics import Metrics, NullMetrics
 from postroom.engine.notices import post_notice
-from postroom.engine.runner import AgentResult, AgentRunner
+from postroom.engine.runner import AgentResult, AgentRunner, Steer
 from postroom.engine.signals import Signals
 from postroom.engine.tools import ToolFactory, TurnToolbox
 from postroom.engine.turns import QueueSettings, reply_chats
@@ -264,7 +265,15 @@ class WorkerPool:
             prepared = await self._context.build(job, settings)
             request = prepared.request
             toolbox = self._toolbox(job, settings, chats)
-            result = await self._runner.run(request, settings=settings, toolbox=toolbox)
+            steered: list[tuple[str, str]] = []
+            steer = None
+            if settings.busy_policy is BusyPolicy.STEER:
+                steer = self._steer(job, token, prepared, chats, steered)
+            result = await self._runner.run(
+                request, settings=settings, toolbox=toolbox, steer=steer
+            )
+            if steered:  # the answer answers these too (and replies to the last of them)
+                job = replace(job, messages=(*job.messages, *steered))
             await self._succeed(
                 job, token, settings, result, toolbox, prepared.answer_chat, chats, elapsed_ms()
             )
@@ -287,6 +296,48 @@ class WorkerPool:
                 helper.cancel()
             for chat_jid in chats:
                 self._signals.typing(chat_jid, job.folder, False)
+
+    def _steer(
+        self,
+        job: JobRecord,
+        token: str,
+        prepared: PreparedTurn,
+        chats: list[str],
+        steered: list[tuple[str, str]],
+    ) -> Steer:
+        """The runner's way to take in messages that arrived while this turn runs."""
+
+        async def take() -> Sequence[ContextMessage]:
+            refs = await self._take_followup(job, token)
+            if not refs:
+                return ()
+            steered.extend(refs)
+            chats.extend(chat for chat in dict.fromkeys(c for _, c in refs) if chat not in chats)
+            log.info("turn.steered", job_id=job.id, messages=len(refs))
+            return await self._context.steered(job, refs, prepared.senders)
+
+        return take
+
+    async def _take_followup(self, job: JobRecord, token: str) -> list[tuple[str, str]]:
+        """``busy_policy = "steer"`` (PIPELINE §2): messages that arrived while this turn runs
+        wait in a follow-up turn of its conversation; at its next model call this turn takes
+        them over — they move to its job (``job_messages``) and the follow-up is cancelled —
+        while this worker still holds the lease. A turn that makes no further call leaves the
+        follow-up to answer them."""
+        now = self._clock()
+        taken: list[tuple[str, str]] = []
+        async with self._store.write() as tx:
+            lease_until = now + timedelta(seconds=self._queue.lease_s)
+            if not await tx.renew_lease(job.id, token, lease_until):
+                return taken
+            for other in await tx.open_jobs(job.conversation_id):
+                if other.status is not JobStatus.QUEUED or other.kind is not JobKind.TURN:
+                    continue
+                queued = await tx.get_job(other.id)
+                await tx.move_job_messages(other.id, job.id)
+                await tx.cancel_job(other.id, now=now)
+                taken.extend(queued.messages if queued is not None else ())
+        return taken
 
     def _toolbox(
         self, job: JobRecord, settings: FolderSettings, chats: Sequence[str]
