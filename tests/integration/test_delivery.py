@@ -1045,8 +1045,10 @@ class SlowSink(RecordingSink):
     def __init__(self, clock: FakeClock) -> None:
         super().__init__(clock)
         self.release = asyncio.Event()
+        self.entered = asyncio.Event()
 
     async def send(self, chunk: OutgoingChunk) -> SendResult:
+        self.entered.set()
         await self.release.wait()
         return await super().send(chunk)
 
@@ -1060,9 +1062,9 @@ async def test_overlapping_rounds_never_send_a_row_twice(
     loop = make_loop(services, clock, sink)
     await put_answer(services, clock, "only once", [GUILD])
     first = asyncio.create_task(loop.deliver_due())
-    await asyncio.sleep(0.05)  # the first round is now waiting inside the sink
+    await asyncio.wait_for(sink.entered.wait(), 10)  # the first round waits inside the sink
     second = asyncio.create_task(loop.deliver_due())
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0)  # the second round starts while the first is mid-send
     sink.release.set()
     assert await first is True
     assert await second is False  # it ran after the first: nothing was due any more

@@ -315,11 +315,16 @@ async def test_socket_never_sends_a_history_message_again_live(server: Server) -
     # socket below has read the history.
     async with server.gateway.services.store.write() as tx:
         await store_message_direct(tx, quiet)
+    published = server.gateway.services.signals.bus.subscribe(kinds=frozenset({"message"}))
     async with connect(server.ws_url(), proxy=None) as socket:
         assert (await frame(socket))["type"] == "hello"
         history = await frame(socket)
         assert [m["id"] for m in history["messages"]] == [quiet.id]
-        await asyncio.sleep(1.5)  # past the feed's backstop: the quiet row is published now
+        # The feed's backstop tick publishes the quiet row, after the socket read its history.
+        async with asyncio.timeout(WAIT_S):
+            event = await anext(aiter(published))
+        published.close()
+        assert event.data["id"] == quiet.id
         await server.post("published after it")
         # The feed publishes in seq order, so everything before this frame was the quiet row.
         seen = []
