@@ -10,10 +10,14 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from postroom.app.gateway import Gateway
+from postroom.config import Config
 from postroom.core import InboundMessage, Trigger, Verb
 from postroom.core.folders import FolderDefaults
 from postroom.engine import FolderSpec, IngestLimits, Services
 from postroom.store import SqliteStore
+
+from gateway_support import new_data_dir
 
 _ids = itertools.count(1)
 
@@ -85,6 +89,15 @@ async def open_services(
         limits=IngestLimits(content_bytes=4096, missing_notice_s=3600),
         clock=clock,
     )
+
+
+async def open_gateway(tmp_path: Path, clock: Callable[[], datetime]) -> Gateway:
+    """``postroom serve``'s components (``Gateway.build``) over a fresh data directory in
+    *tmp_path*, with the same limits as :func:`open_services`; nothing is started."""
+    config = Config.model_validate(
+        {"limits": {"content_bytes": 4096}, "routing": {"missing_folder_notice": "1h"}}
+    )
+    return await Gateway.build(await new_data_dir(tmp_path), config, clock=clock)
 
 
 async def seed_spec_table(services: Services) -> None:
