@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import ClassVar
 
+import postroom
 from postroom.app.gateway import Gateway
 from postroom.channels.base import BaseChannel
 from postroom.config import DATABASE_FILE
@@ -18,6 +19,8 @@ from postroom.store.sqlite import SqliteStore
 
 __all__ = ["RecordingChannel", "new_data_dir", "serving"]
 
+#: Where postroom's own code lives (tasks running it must not outlive the gateway).
+PACKAGE = Path(postroom.__file__).parent
 START_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 30.0
 
@@ -31,17 +34,20 @@ async def new_data_dir(directory: Path) -> Path:
 
 
 @contextlib.asynccontextmanager
-async def serving(gateway: Gateway) -> AsyncIterator[str]:
-    """Run *gateway* as ``postroom serve`` does, on 127.0.0.1 and a free port; yield its base
-    URL; stop it gracefully (and so close it) on the way out."""
+async def serving(gateway: Gateway, *, port: int = 0) -> AsyncIterator[str]:
+    """Run *gateway* as ``postroom serve`` does, on 127.0.0.1 and a free port (unless *port* is
+    given); yield its base
+    URL; stop it gracefully (and so close it) on the way out, and check that no task it started
+    outlives it."""
+    baseline = asyncio.all_tasks()
     ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
 
-    def on_ready(_host: str, port: int) -> None:
+    def on_ready(_host: str, bound: int) -> None:
         if not ready.done():
-            ready.set_result(port)
+            ready.set_result(bound)
 
     task = asyncio.create_task(
-        gateway.run(host="127.0.0.1", port=0, on_ready=on_ready), name="test-gateway"
+        gateway.run(host="127.0.0.1", port=port, on_ready=on_ready), name="test-gateway"
     )
     done, _ = await asyncio.wait(
         {ready, task}, timeout=START_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED
@@ -57,6 +63,15 @@ async def serving(gateway: Gateway) -> AsyncIterator[str]:
     finally:
         gateway.request_stop()
         await asyncio.wait_for(task, STOP_TIMEOUT_S)
+    # Every task postroom started was awaited or cancelled as it stopped (the fakes' own
+    # tasks, such as a long poll the adapter walked away from, are theirs to end).
+    left = [t for t in asyncio.all_tasks() - baseline if not t.done() and _ours(t)]
+    assert not left, sorted(f"{t.get_name()}: {t.get_coro()}" for t in left)
+
+
+def _ours(task: asyncio.Task[object]) -> bool:
+    code = getattr(task.get_coro(), "cr_code", None)
+    return code is not None and Path(code.co_filename).is_relative_to(PACKAGE)
 
 
 class RecordingChannel(BaseChannel):
