@@ -49,6 +49,19 @@ def data_dir(tmp_path: Path) -> Path:
     return init_data_dir(tmp_path / "data")
 
 
+def whatsapp_section(fake: FakeWhatsApp) -> str:
+    """``[channels.whatsapp]`` of ``postroom.toml``, pointed at the fake Graph API."""
+    return f"""
+[channels.whatsapp]
+enabled = true
+access_token = "{ACCESS_TOKEN}"
+phone_number_id = "{PHONE_ID}"
+app_secret = "{APP_SECRET}"
+verify_token = "{VERIFY_TOKEN}"
+base_url = "{fake.base_url}"
+"""
+
+
 @pytest.mark.parametrize(
     ("changes", "key"),
     [
@@ -116,18 +129,7 @@ async def test_whole_path_from_a_whatsapp_webhook_through_the_gateway_to_message
     fake: FakeWhatsApp, data_dir: Path
 ) -> None:
     data = data_dir
-    configure(
-        data,
-        f"""
-[channels.whatsapp]
-enabled = true
-access_token = "{ACCESS_TOKEN}"
-phone_number_id = "{PHONE_ID}"
-app_secret = "{APP_SECRET}"
-verify_token = "{VERIFY_TOKEN}"
-base_url = "{fake.base_url}"
-""",
-    )
+    configure(data, whatsapp_section(fake))
     baseline = set(asyncio.all_tasks())
     async with running_gateway(data) as (gateway, url):
         async with httpx.AsyncClient(base_url=url) as client:
@@ -167,22 +169,8 @@ async def test_a_voice_note_is_answered_by_its_transcript(
     fake.media["AUD1"] = (b"OggS-words", "audio/ogg")
     whisper = FakeWhisper(text="call me back")
     async with serving_whisper(whisper) as whisper_url:
-        configure(
-            data_dir,
-            f"""
-[transcriber]
-base_url = "{whisper_url}"
-model = "whisper-1"
-
-[channels.whatsapp]
-enabled = true
-access_token = "{ACCESS_TOKEN}"
-phone_number_id = "{PHONE_ID}"
-app_secret = "{APP_SECRET}"
-verify_token = "{VERIFY_TOKEN}"
-base_url = "{fake.base_url}"
-""",
-        )
+        transcriber = f'[transcriber]\nbase_url = "{whisper_url}"\nmodel = "whisper-1"\n'
+        configure(data_dir, transcriber + whatsapp_section(fake))
         voice = message(
             "audio", {"id": "AUD1", "mime_type": "audio/ogg", "voice": True}, id="wamid.V1"
         )

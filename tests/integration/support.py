@@ -16,6 +16,7 @@ from postroom.core import InboundMessage, Trigger, Verb
 from postroom.core.folders import FolderDefaults
 from postroom.engine import FolderSpec, IngestLimits, Services
 from postroom.store import SqliteStore
+from postroom.store.records import RunRecord
 
 from gateway_support import new_data_dir
 
@@ -135,3 +136,15 @@ async def queue_idle(services: Services, *, outbox: bool = True) -> bool:
     if outbox and counts["deliveries_pending"]:
         return False
     return counts["queued"] == 0 and counts["running"] == 0
+
+
+async def runs(services: Services) -> list[RunRecord]:
+    """Every run record, in id order."""
+    found: list[RunRecord] = []
+    async with services.store.read() as tx:
+        for run_id in itertools.count(1):
+            run = await tx.get_run(run_id)
+            if run is None:
+                return found
+            found.append(run)
+    raise AssertionError("unreachable")

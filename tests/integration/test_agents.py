@@ -44,7 +44,7 @@ from postroom.store.records import JobKind, JobRecord, JobStatus, RunRecord
 from fake_llm import FakeLLM, Received, Reply, serve
 from fakeclock import FakeClock
 from gateway_support import RecordingChannel, new_data_dir, serving
-from support import eventually, inbound, queue_idle
+from support import eventually, inbound, queue_idle, runs
 
 # One fake Messages API per module (starting uvicorn costs ~0.2 s); each test starts from a clean
 # slate of recorded requests and queued replies.
@@ -257,14 +257,7 @@ class Rig:
         return [m for m in await self.rows(chat) if m.message_type is kind]
 
     async def runs(self) -> list[RunRecord]:
-        found: list[RunRecord] = []
-        async with self.services.store.read() as tx:
-            for run_id in itertools.count(1):
-                run = await tx.get_run(run_id)
-                if run is None:
-                    return found
-                found.append(run)
-        raise AssertionError("unreachable")
+        return await runs(self.services)
 
     async def jobs(self) -> list[JobRecord]:
         return sorted(await self.services.turns.list_jobs(limit=1000), key=lambda j: j.id)

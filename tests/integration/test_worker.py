@@ -27,7 +27,7 @@ from postroom.store.sqlite import base as sqlite_base
 from fakeclock import FakeClock
 from gated_provider import GatedProvider
 from gateway_support import RecordingChannel, new_data_dir, serving
-from support import eventually, inbound, queue_idle, seed_spec_table
+from support import eventually, inbound, queue_idle, runs, seed_spec_table
 from turn_rig import (
     CLAIM,
     SWEEP,
@@ -36,7 +36,6 @@ from turn_rig import (
     fire,
     job_when,
     rows,
-    runs,
     settled,
     statements,
     turn_task_alive,
@@ -252,24 +251,37 @@ async def take_lease(store: SqliteStore, job_id: int, now: datetime) -> None:
     assert taken is not None and taken.id == job_id
 
 
+async def running_turn(rig: Rig, chat: str) -> tuple[GatedProvider, Services, int]:
+    """A turn whose model call is held, on a server that renews leases every 50 ms."""
+    runner = GatedProvider(open_gate=False)
+    services = (await rig.start(runner, queue={"lease_renew": "50ms"})).services
+    job_id = await fire(services, chat, "hello")
+    await eventually(lambda: runner.total == 1, "the run to start")
+    return runner, services, job_id
+
+
+async def stopped_leaving_nothing(
+    runner: GatedProvider, services: Services, chat: str, job_id: int
+) -> None:
+    """The held call was cancelled, the turn's task ended, and it stored nothing — no answer,
+    not even a run record (the turn is not this worker's any more)."""
+    await eventually(lambda: runner.cancelled() == [0], "the run to stop")
+    await eventually(lambda: not turn_task_alive(job_id), "the turn to end")
+    runner.gate.set()
+    assert await answers(services, chat) == []
+    assert await runs(services) == []
+
+
 async def test_a_worker_whose_lease_was_taken_stops_at_once_and_commits_nothing(
     rig: Rig, clock: FakeClock
 ) -> None:
-    runner = GatedProvider(open_gate=False)
-    services = (await rig.start(runner, queue={"lease_renew": "50ms"})).services
     chat = "telegram:group/5"
-    job_id = await fire(services, chat, "hello")
-    await eventually(lambda: runner.total == 1, "the run to start")
-
+    runner, services, job_id = await running_turn(rig, chat)
     # Another process (no signal reaches this one) takes the turn over.
     other = await SqliteStore.open(rig.data_dir / DATABASE_FILE)
     try:
         await take_lease(other, job_id, clock() + timedelta(seconds=31))
-        await eventually(lambda: runner.cancelled() == [0], "the run to stop")
-        await eventually(lambda: not turn_task_alive(job_id), "the turn to end")
-        runner.gate.set()
-        assert await answers(services, chat) == []
-        assert await runs(services) == []  # not even a record: the turn is not ours
+        await stopped_leaving_nothing(runner, services, chat, job_id)
         job = await services.turns.get_job(job_id)
         assert (job.status, job.lease_owner, job.attempts) == (
             JobStatus.RUNNING,
@@ -292,21 +304,15 @@ async def test_a_turn_cancelled_by_another_process_stops_and_commits_nothing(
     rig: Rig, clock: FakeClock
 ) -> None:
     """``postroom jobs cancel`` runs in another process: the worker learns it when it renews."""
-    runner = GatedProvider(open_gate=False)
-    services = (await rig.start(runner, queue={"lease_renew": "50ms"})).services
     chat = "telegram:group/5"
-    job_id = await fire(services, chat, "hello")
-    await eventually(lambda: runner.total == 1, "the run to start")
+    runner, services, job_id = await running_turn(rig, chat)
     other = await SqliteStore.open(rig.data_dir / DATABASE_FILE)
     try:
         async with other.write() as tx:
             assert await tx.cancel_job(job_id, now=clock()) is not None
     finally:
         await other.close()
-    await eventually(lambda: runner.cancelled() == [0], "the run to stop")
-    await eventually(lambda: not turn_task_alive(job_id), "the turn to end")
-    runner.gate.set()
-    assert await answers(services, chat) == []
+    await stopped_leaving_nothing(runner, services, chat, job_id)
     assert (await services.turns.get_job(job_id)).status is JobStatus.CANCELLED
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -19,7 +18,7 @@ from postroom.core import Action, MessageType, StoredMessage
 from postroom.engine import Services
 from postroom.llm import Provider
 from postroom.store import Store
-from postroom.store.records import JobRecord, JobStatus, RunRecord
+from postroom.store.records import JobRecord, JobStatus
 
 from fakeclock import FakeClock
 from gateway_support import new_data_dir
@@ -126,17 +125,6 @@ async def rows(services: Services, chat: str) -> list[StoredMessage]:
 
 async def answers(services: Services, chat: str) -> list[StoredMessage]:
     return [m for m in await rows(services, chat) if m.message_type is MessageType.ASSISTANT]
-
-
-async def runs(services: Services) -> list[RunRecord]:
-    found: list[RunRecord] = []
-    async with services.store.read() as tx:
-        for run_id in itertools.count(1):
-            run = await tx.get_run(run_id)
-            if run is None:
-                return found
-            found.append(run)
-    raise AssertionError("unreachable")
 
 
 async def all_jobs(services: Services) -> list[JobRecord]:
