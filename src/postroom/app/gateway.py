@@ -146,6 +146,9 @@ class Gateway:
         providers: Mapping[str, Provider] | None,
         channels: Sequence[BaseChannel] | None,
     ) -> Gateway:
+        # What may refuse the configuration comes first, before anything holds a connection.
+        adapters = list(channels) if channels is not None else build_channels(config)
+        models = dict(providers) if providers is not None else build_providers(config, clock=clock)
         signals = Signals()
         metrics = PrometheusMetrics(store)
         services = build_services(
@@ -154,12 +157,7 @@ class Gateway:
         async with store.read() as tx:
             await services.catalog.reload(tx)
         sinks, webhooks = build_sinks(config)
-        host = ChannelHost(
-            list(channels) if channels is not None else build_channels(config),
-            signals=signals,
-            sinks=sinks,
-        )
-        models = dict(providers) if providers is not None else build_providers(config, clock=clock)
+        host = ChannelHost(adapters, signals=signals, sinks=sinks)
         voice = transcriber(config)
         return cls(
             config=config,
