@@ -21,6 +21,8 @@ from postroom.app.gateway import Gateway
 from postroom.cli.main import app
 from postroom.config import CONFIG_FILE, DATABASE_FILE, load_config
 
+from gateway_support import serving
+
 VENDOR_VARIABLES = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "OLLAMA_HOST")
 
 runner = CliRunner()
@@ -75,27 +77,8 @@ async def running_gateway(data: Path, *, port: int = 0) -> AsyncIterator[tuple[G
     """``postroom serve`` in this event loop: yields the gateway and its base URL (on a free
     port unless *port* is given)."""
     gateway = await Gateway.build(data, load_config(data, {}))
-    ready: dict[str, str] = {}
-
-    def on_ready(host: str, port: int) -> None:
-        ready["url"] = f"http://{host}:{port}"
-
-    task = asyncio.create_task(
-        gateway.run(host="127.0.0.1", port=port, on_ready=on_ready), name="test-gateway"
-    )
-    deadline = time.monotonic() + 20
-    while "url" not in ready:
-        if task.done():
-            await task  # raises what stopped it
-            raise AssertionError("the gateway stopped before it was ready")
-        if time.monotonic() > deadline:
-            raise AssertionError("the gateway did not start")
-        await asyncio.sleep(0.02)
-    try:
-        yield gateway, ready["url"]
-    finally:
-        gateway.request_stop()
-        await asyncio.wait_for(task, 30)
+    async with serving(gateway, port=port) as url:
+        yield gateway, url
 
 
 # The name stays ``timeout`` for the tests that pass it; the deadline is checked by hand.

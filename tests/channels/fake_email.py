@@ -44,6 +44,9 @@ _COMMAND = re.compile(
 
 
 class _Protocol(ImapProtocol):
+    #: The fake this connection belongs to (counts the searches it answers).
+    fake: FakeImap | None = None
+
     def login(self, tag: str, *args: str) -> None:
         if len(args) < 2 or args[1].strip('"') != PASSWORD:
             self.send_tagged_line(tag, "NO [AUTHENTICATIONFAILED] Invalid credentials")
@@ -65,6 +68,8 @@ class _Protocol(ImapProtocol):
                 self.exec_command(None, words)
 
     def search(self, tag: str, *args: str) -> None:
+        if self.fake is not None:
+            self.fake.searches += 1
         words = list(args)
         by_uid = words[:1] == ["uid"]
         rest = words[1:] if by_uid else words
@@ -90,11 +95,14 @@ class FakeImap(MockImapServer):
         super().__init__(capabilities=capabilities, loop=asyncio.get_running_loop())
         self.user = user
         self.port = 0
+        #: How many SEARCH commands were answered (each look at the folder).
+        self.searches = 0
         self._server: asyncio.Server | None = None
 
     async def start(self) -> FakeImap:
         def protocol() -> _Protocol:
             made = _Protocol(self._server_state, 0, self.capabilities, self.loop)
+            made.fake = self
             self._connections.append(made)
             return made
 

@@ -302,7 +302,8 @@ async def test_without_idle_on_the_server_the_folder_is_polled(
     inbound = Inbound(services)
     try:
         async with running(build(section(server, smtp)), inbound, clock):
-            await asyncio.sleep(0.1)  # started and waiting: no IDLE to wait in
+            # Looked at the folder once and is waiting: no IDLE to wait in.
+            await eventually(lambda: server.searches >= 1)
             uid = server.deliver(mail())
             await inbound.wait_for(1)
             await eventually(lambda: server.seen(uid))

@@ -14,8 +14,13 @@ from typing import Any
 import httpx
 import pytest
 
+from postroom.app.gateway import Gateway
 from postroom.channels.telegram import WEBHOOK_PATH, TelegramChannel, build
+from postroom.channels.telegram.config import parse_config
+from postroom.config import Config
 from postroom.core.errors import ConfigError
+from postroom.engine.bootstrap import bootstrap
+from postroom.llm import ProviderError
 
 from channel_gateway import configure, eventually, init_data_dir, running_gateway, stored_rows
 from fake_telegram import (
@@ -26,6 +31,8 @@ from fake_telegram import (
     private_message,
     serve_fake_telegram,
 )
+from gated_provider import GatedProvider
+from gateway_support import new_data_dir, serving
 
 SECRET = "gateway_Secret-1"
 
@@ -152,3 +159,84 @@ async def test_whole_path_by_webhook_refuses_a_forged_update(
     (answer,) = fake.called("sendMessage")
     assert answer["chat_id"] == 42 and "by webhook" in answer["text"]
     assert fake.called("getUpdates") == []
+
+
+# ----------------------------------------------------------------------------- typing
+
+
+async def test_typing_starts_when_a_turn_is_queued_and_stops_whatever_ends_it(
+    fake: FakeTelegram, tmp_path: Path
+) -> None:
+    """PIPELINE §1.5 through the real adapter: ``sendChatAction`` as soon as a turn is queued
+    (before any model work), refreshed while it waits and runs, and never again once it ended —
+    answered, failed, stopped by ``/stop`` or cancelled while still queued."""
+    data = await new_data_dir(tmp_path / "data")
+    runner = GatedProvider()
+    telegram = TelegramChannel(
+        parse_config({"token": TOKEN, "base_url": fake.url, "poll_timeout": 1}),
+        typing_refresh_s=0.05,
+    )
+    config = Config.model_validate({"queue": {"max_concurrent_turns": 1, "shutdown_grace": "1s"}})
+    gateway = await Gateway.build(data, config, providers={"echo": runner}, channels=[telegram])
+    await bootstrap(gateway.services, actor="test")
+
+    def actions(user: int) -> int:
+        return sum(1 for c in fake.called("sendChatAction") if c["chat_id"] == user)
+
+    def said(user: int) -> list[str]:
+        return [c["text"] for c in fake.called("sendMessage") if c["chat_id"] == user]
+
+    async def stopped(user: int) -> None:
+        await eventually(lambda: f"telegram:user/{user}" not in telegram.typing_chats)
+
+    async with serving(gateway):
+        # Queued behind another chat's turn: typing shows before its model call.
+        runner.holds[0] = asyncio.Event()
+        fake.push(private_message("first", user_id=1))
+        await eventually(lambda: runner.total == 1)
+        fake.push(private_message("second", user_id=2))
+        await eventually(lambda: actions(2) >= 2)  # shown, and refreshed while it waits
+        assert len(runner.requests) == 1
+        runner.holds[0].set()
+        await eventually(lambda: said(1) == ["first"] and said(2) == ["second"])
+        await stopped(1)
+        await stopped(2)
+
+        # A failed turn.
+        runner.failures.append(ProviderError("boom", retryable=False))
+        fake.push(private_message("third", user_id=3))
+        await eventually(lambda: any("could not answer" in text for text in said(3)))
+        await stopped(3)
+
+        # A turn stopped by /stop.
+        runner.holds[3] = asyncio.Event()
+        fake.push(private_message("fourth", user_id=4))
+        await eventually(lambda: runner.total == 1 and actions(4) >= 1)
+        fake.push(private_message("/stop", user_id=4))
+        await eventually(lambda: runner.cancelled() == [3])
+        await stopped(4)
+
+        # A turn cancelled while it was still queued.
+        runner.holds[4] = asyncio.Event()
+        fake.push(private_message("fifth", user_id=5))
+        await eventually(lambda: runner.total == 1)
+        fake.push(private_message("sixth", user_id=6))
+        await eventually(lambda: actions(6) >= 1)
+        (queued,) = await gateway.services.turns.list_jobs(status="queued")
+        await gateway.services.turns.cancel(queued.id)
+        await stopped(6)
+        runner.holds[4].set()
+        await eventually(lambda: said(5) == ["fifth"])
+        await stopped(5)
+
+        # No refresh after the end: while another chat's typing is refreshed several times,
+        # the chats whose turns ended get none.
+        ended = {user: actions(user) for user in range(1, 7)}
+        runner.holds[5] = asyncio.Event()
+        fake.push(private_message("seventh", user_id=7))
+        await eventually(lambda: actions(7) >= 5)
+        assert {user: actions(user) for user in range(1, 7)} == ended
+        runner.holds[5].set()
+        await eventually(lambda: said(7) == ["seventh"])
+        await stopped(7)
+    assert len(runner.requests) == 6  # the cancelled queued turn never reached the model

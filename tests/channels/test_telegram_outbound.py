@@ -318,8 +318,13 @@ async def test_typing_is_refreshed_while_active_and_stops(
     await telegram.typing(DM, False)
     assert telegram.typing_chats == frozenset()
     stopped_at = len(fake.called("sendChatAction"))
-    await asyncio.sleep(0.3)  # six refresh periods
-    assert len(fake.called("sendChatAction")) == stopped_at
+    # Six refresh periods go by (another chat's typing is refreshed six times): none for DM.
+    await telegram.typing(GROUP, True)
+    await eventually(
+        lambda: sum(c["chat_id"] == GROUP_ID for c in fake.called("sendChatAction")) >= 6
+    )
+    await telegram.typing(GROUP, False)
+    assert sum(c["chat_id"] == 42 for c in fake.called("sendChatAction")) == stopped_at
     call = fake.called("sendChatAction")[0]
     assert (call["chat_id"], call["action"]) == (42, "typing")
 

@@ -286,40 +286,6 @@ async def test_images_and_voice_notes_are_fetched_with_the_token_within_the_cap(
     assert fake.downloads == [f"Bearer {ACCESS_TOKEN}"] * 3
 
 
-async def test_a_voice_note_is_transcribed_when_a_transcriber_is_given(
-    fake: FakeWhatsApp, engine: Engine
-) -> None:
-    fake.media["AUD2"] = (b"OggS-words", "audio/ogg")
-    fake.media["AUD3"] = (b"OggS-noise", "audio/ogg")
-    heard: list[tuple[bytes, str]] = []
-
-    async def transcribe(audio: bytes, mime: str) -> str:
-        heard.append((audio, mime))
-        if audio.endswith(b"noise"):
-            raise ValueError("no speech found")
-        return "  call me back  "
-
-    channel = build(section(fake.base_url))
-    await channel.start(engine.context(transcribe=transcribe))
-    try:
-        await deliver(
-            channel,
-            message(
-                "audio", {"id": "AUD2", "mime_type": "audio/ogg", "voice": True}, id="wamid.V1"
-            ),
-            message(
-                "audio", {"id": "AUD3", "mime_type": "audio/ogg", "voice": True}, id="wamid.V2"
-            ),
-        )
-    finally:
-        await channel.stop()
-    transcribed, failed = await engine.user_messages(DM)
-    assert transcribed.content == "[Voice]: call me back"
-    assert transcribed.metadata.get("transcribed") is True
-    assert failed.content == "[Voice message]" and not failed.metadata.get("transcribed")
-    assert heard == [(b"OggS-words", "audio/ogg"), (b"OggS-noise", "audio/ogg")]
-
-
 async def test_other_kinds_become_words_and_reactions_are_likes(
     whatsapp: WhatsAppChannel, engine: Engine
 ) -> None:

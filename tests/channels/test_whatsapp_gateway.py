@@ -1,6 +1,7 @@
 """WhatsApp's configuration, its credential check, and the whole path: a signed webhook into a
 real postroom gateway (``postroom serve`` in this loop, echo provider), the answer out through
-the fake Graph API's ``/messages``."""
+the fake Graph API's ``/messages``; a voice note transcribed by the gateway's ``[transcriber]``
+after the webhook was acknowledged."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from postroom.channels.whatsapp import WEBHOOK_PATH, build
 from postroom.core.errors import ConfigError, PostroomError
 
-from channel_gateway import configure, eventually, init_data_dir, running_gateway
+from channel_gateway import configure, eventually, init_data_dir, running_gateway, stored_rows
 from fake_engine_slack_whatsapp import serve
 from fake_whatsapp import (
     ACCESS_TOKEN,
@@ -24,11 +25,14 @@ from fake_whatsapp import (
     PHONE_ID,
     VERIFY_TOKEN,
     FakeWhatsApp,
+    message,
     section,
     signed,
     text,
     webhook,
 )
+from fake_whisper import FakeWhisper
+from fake_whisper import serving as serving_whisper
 
 
 @pytest.fixture
@@ -43,6 +47,19 @@ async def fake() -> AsyncIterator[FakeWhatsApp]:
 def data_dir(tmp_path: Path) -> Path:
     """A directory as ``postroom init`` leaves it (the CLI runs its own loop: not in a test's)."""
     return init_data_dir(tmp_path / "data")
+
+
+def whatsapp_section(fake: FakeWhatsApp) -> str:
+    """``[channels.whatsapp]`` of ``postroom.toml``, pointed at the fake Graph API."""
+    return f"""
+[channels.whatsapp]
+enabled = true
+access_token = "{ACCESS_TOKEN}"
+phone_number_id = "{PHONE_ID}"
+app_secret = "{APP_SECRET}"
+verify_token = "{VERIFY_TOKEN}"
+base_url = "{fake.base_url}"
+"""
 
 
 @pytest.mark.parametrize(
@@ -112,18 +129,7 @@ async def test_whole_path_from_a_whatsapp_webhook_through_the_gateway_to_message
     fake: FakeWhatsApp, data_dir: Path
 ) -> None:
     data = data_dir
-    configure(
-        data,
-        f"""
-[channels.whatsapp]
-enabled = true
-access_token = "{ACCESS_TOKEN}"
-phone_number_id = "{PHONE_ID}"
-app_secret = "{APP_SECRET}"
-verify_token = "{VERIFY_TOKEN}"
-base_url = "{fake.base_url}"
-""",
-    )
+    configure(data, whatsapp_section(fake))
     baseline = set(asyncio.all_tasks())
     async with running_gateway(data) as (gateway, url):
         async with httpx.AsyncClient(base_url=url) as client:
@@ -153,3 +159,31 @@ base_url = "{fake.base_url}"
     # The turn showed the typing indicator on the message it answered.
     assert [r["message_id"] for r in fake.reads][:1] == ["wamid.GW1"]
     assert {t for t in asyncio.all_tasks() if not t.done()} <= baseline | {asyncio.current_task()}
+
+
+async def test_a_voice_note_is_answered_by_its_transcript(
+    fake: FakeWhatsApp, data_dir: Path
+) -> None:
+    """PIPELINE §1.4: the webhook is answered once the note (audio attached) is stored; the
+    gateway's transcriber turns it into ``[Voice]: …`` before the turn, which answers that."""
+    fake.media["AUD1"] = (b"OggS-words", "audio/ogg")
+    whisper = FakeWhisper(text="call me back")
+    async with serving_whisper(whisper) as whisper_url:
+        transcriber = f'[transcriber]\nbase_url = "{whisper_url}"\nmodel = "whisper-1"\n'
+        configure(data_dir, transcriber + whatsapp_section(fake))
+        voice = message(
+            "audio", {"id": "AUD1", "mime_type": "audio/ogg", "voice": True}, id="wamid.V1"
+        )
+        async with running_gateway(data_dir) as (_gateway, url):
+            body, headers = signed(webhook([voice]))
+            async with httpx.AsyncClient(base_url=url) as client:
+                response = await client.post(WEBHOOK_PATH, content=body, headers=headers)
+            assert response.status_code == 200, response.text
+            await eventually(lambda: fake.sent, timeout=20)
+    (answer,) = fake.sent
+    assert answer["text"]["body"] == "[Voice]: call me back"
+    assert answer["context"] == {"message_id": "wamid.V1"}
+    (upload,) = whisper.bodies
+    assert b"OggS-words" in upload and b"whisper-1" in upload
+    ((content,),) = stored_rows(data_dir, "SELECT content FROM messages WHERE id = 'wamid.V1'")
+    assert content == "[Voice]: call me back"

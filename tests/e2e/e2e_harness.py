@@ -249,6 +249,15 @@ class Api:
         response = self.http.delete(f"/api/v1/routes/{route_id}")
         assert response.status_code == 204, response.text
 
+    def idle(self) -> bool:
+        """No turn queued or running and no delivery pending, as ``/metrics`` counts them."""
+        return idle_in_metrics(self.http.get("/metrics").text)
+
+    def wait_idle(self, timeout: float = 15.0) -> None:
+        """Wait until everything the server was given has been worked off: the positive
+        signal to wait for before asserting that nothing more happened."""
+        self.wait_for(self.idle, timeout=timeout, what="the queue and the outbox to be idle")
+
     def wait_answers(
         self, chat_jid: str, count: int, timeout: float = 15.0
     ) -> list[dict[str, Any]]:
@@ -261,6 +270,17 @@ class Api:
 
         self.wait_for(enough, timeout=timeout, what=f"{count} answer(s) in {chat_jid}")
         return found
+
+
+_GAUGES = re.compile(
+    r'^(postroom_queue_depth\{status="(?:queued|running)"\}|postroom_outbox_pending) (\S+)$', re.M
+)
+
+
+def idle_in_metrics(text: str) -> bool:
+    """Whether a ``/metrics`` page shows no queued or running turn and no pending delivery."""
+    gauges = {name: float(value) for name, value in _GAUGES.findall(text)}
+    return len(gauges) == 3 and not any(gauges.values())
 
 
 def message_text(message: Any) -> str:
@@ -308,6 +328,7 @@ class Sink:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._received: list[Delivery] = []
+        self._handling = 0
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self.port = 0
@@ -328,16 +349,30 @@ class Sink:
     def for_chat(self, chat_jid: str) -> list[Delivery]:
         return [d for d in self.received if d.body.get("chat_jid") == chat_jid]
 
-    async def _hook(self, request: Request) -> JSONResponse:
-        raw = await request.body()
-        delivery = Delivery(
-            body=json.loads(raw),
-            raw=raw,
-            idempotency_key=request.headers.get("idempotency-key"),
-            signature=request.headers.get("x-postroom-signature"),
-        )
+    def quiet(self) -> bool:
+        """No connection open and no request being read: every byte a client sent has been
+        recorded or dropped (after a server was killed, its requests are all settled)."""
+        server = self._server
         with self._lock:
-            self._received.append(delivery)
+            handling = self._handling
+        return handling == 0 and (server is None or not server.server_state.connections)
+
+    async def _hook(self, request: Request) -> JSONResponse:
+        with self._lock:
+            self._handling += 1
+        try:
+            raw = await request.body()
+            delivery = Delivery(
+                body=json.loads(raw),
+                raw=raw,
+                idempotency_key=request.headers.get("idempotency-key"),
+                signature=request.headers.get("x-postroom-signature"),
+            )
+            with self._lock:
+                self._received.append(delivery)
+        finally:
+            with self._lock:
+                self._handling -= 1
         return JSONResponse({"ok": True})
 
     def start(self) -> None:

@@ -18,7 +18,15 @@ from typing import Any
 import httpx
 import pytest
 
-from e2e_harness import Delivery, ServerProcess, Sink, api_client, get_ok, list_jobs
+from e2e_harness import (
+    Delivery,
+    ServerProcess,
+    Sink,
+    api_client,
+    get_ok,
+    idle_in_metrics,
+    list_jobs,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -136,8 +144,9 @@ async def test_sigkill_while_turns_run_loses_nothing_and_answers_once(
             rows = {chat: await _messages(http, chat) for chat in CHATS}
             answers = [m for chat in CHATS for m in rows[chat] if m["message_type"] == "assistant"]
             delivered = {d.body["id"] for d in sink.received}
-            if not active and all(a["id"] in delivered for a in answers):
-                await asyncio.sleep(1.0)  # anything still on its way arrives now
+            metrics = await http.get("/metrics")
+            idle = metrics.status_code == 200 and idle_in_metrics(metrics.text)
+            if not active and all(a["id"] in delivered for a in answers) and idle:
                 break
             if loop.time() > deadline:
                 pytest.fail(

@@ -27,7 +27,16 @@ import pytest
 
 from postroom.engine.delivery import DeliverySettings
 
-from e2e_harness import Delivery, ServerProcess, Sink, api_client, get_ok, list_jobs
+from e2e_harness import (
+    Delivery,
+    ServerProcess,
+    Sink,
+    api_client,
+    get_ok,
+    idle_in_metrics,
+    list_jobs,
+    wait_for,
+)
 from fake_openai import Call, FlakyChatCompletions, fault_statuses, serve_app
 
 StartServer = Callable[..., ServerProcess]
@@ -62,8 +71,8 @@ def _plan(prefix: str, chats: list[str], total: int) -> list[dict[str, Any]]:
 async def _wait_quiet(
     http: httpx.AsyncClient, server: ServerProcess, sink: Sink, chats: list[str]
 ) -> None:
-    """Until no job is queued or running and every stored answer and host notice reached the
-    sink; then a last second for anything still on its way."""
+    """Until no job is queued or running, every stored answer and host notice reached the sink
+    and no delivery is pending (a delivery is pending until the sink answered it)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + QUIET_TIMEOUT_S
     while True:
@@ -74,8 +83,7 @@ async def _wait_quiet(
         ]
         delivered = {d.body["id"] for d in sink.received}
         undelivered = [m["id"] for m in outbound if m["id"] not in delivered]
-        if not active and not undelivered:
-            await asyncio.sleep(1.0)
+        if not active and not undelivered and await _idle(http):
             return
         if loop.time() > deadline:
             pytest.fail(
@@ -261,8 +269,8 @@ async def test_repeated_sigkill_under_load_loses_nothing_and_answers_once(
                 for _ in range(POSTERS)
             ]
             await asyncio.gather(*posters, killer())
-        # A request the sink had begun to read when the process died is recorded by now.
-        await asyncio.sleep(0.3)
+        # A request the sink had begun to read when the process died is recorded (or dropped).
+        await asyncio.to_thread(wait_for, sink.quiet, what="the killed server's requests")
         marks.append(len(sink.received))
         await asyncio.to_thread(server.start)
 
@@ -531,3 +539,9 @@ def _check_rotation(calls: list[Call], keys: list[str]) -> list[str]:
     if {call.api_key for call in calls} - set(keys):
         problems.append(f"calls with unknown keys: { ({c.api_key for c in calls}) }")
     return problems
+
+
+async def _idle(http: httpx.AsyncClient) -> bool:
+    """No turn queued or running and no delivery pending, as ``/metrics`` counts them."""
+    response = await http.get("/metrics")
+    return response.status_code == 200 and idle_in_metrics(response.text)

@@ -18,9 +18,6 @@ from e2e_harness import ServerProcess, Sink, message_text, postroom_cli
 
 StartServer = Callable[..., ServerProcess]
 
-#: How long "nothing more happens" is watched for after the expected work is done.
-SETTLE_S = 1.0
-
 
 def _decision(result: dict[str, Any]) -> dict[str, Any]:
     return dict(result["decision"])
@@ -44,7 +41,7 @@ def test_message_is_answered_stored_and_delivered_once(start_server: StartServer
 
     [answer] = api.wait_answers(chat, 1)
     api.wait_for(lambda: sink.for_chat(chat), what="the webhook delivery")
-    time.sleep(SETTLE_S)
+    api.wait_idle()
 
     rows = api.messages(chat)
     users = [m for m in rows if m["message_type"] == "user"]
@@ -165,7 +162,7 @@ def test_steering_acks_are_host_messages_and_never_reach_the_runner(
     last = api.post(chat, sender, "again", id="st-2", sender_name="Carol")
     assert _decision(last)["action"] == "fire"
     answers = _by_seq(api.wait_answers(chat, 2))
-    time.sleep(SETTLE_S)
+    api.wait_idle()
 
     jobs = api.jobs(chat_jid=chat)
     assert sorted(j["message_ids"] for j in jobs) == [[first["id"]], [last["id"]]], jobs
@@ -192,7 +189,7 @@ def test_gateway_messages_are_never_routed(start_server: StartServer, sink: Sink
     api.post(chat, sender, "two", id="own-2")
     api.wait_answers(chat, 2)
     api.wait_for(lambda: len(sink.for_chat(chat)) >= 2, what="both deliveries")
-    time.sleep(SETTLE_S)
+    api.wait_idle()
 
     jobs = api.jobs(chat_jid=chat)
     assert sorted(j["message_ids"] for j in jobs) == [["own-1"], ["own-2"]], jobs
@@ -207,7 +204,7 @@ def test_gateway_messages_are_never_routed(start_server: StartServer, sink: Sink
         {"chat_jid": chat, "sender": sender, "content": "sneaky", "message_type": "assistant"}
     )
     assert response.status_code == 400, (response.status_code, response.text)
-    time.sleep(SETTLE_S)
+    api.wait_idle()
     assert api.messages(chat) == before
     assert len(api.jobs(chat_jid=chat)) == 2
     assert len(sink.for_chat(chat)) == 2
@@ -230,7 +227,7 @@ def test_duplicate_inbound_id_is_a_no_op(start_server: StartServer, sink: Sink):
     api.wait_for(lambda: sink.for_chat(chat), what="the delivery")
     late = api.post(chat, sender, "changed text", id="dup-1")
     assert late["duplicate"] is True and late["seq"] == first["seq"], late
-    time.sleep(SETTLE_S)
+    api.wait_idle()
 
     users = api.of_type(chat, "user")
     assert [(u["id"], u["content"]) for u in users] == [("dup-1", "only once")], users
@@ -266,7 +263,7 @@ def test_messages_during_a_running_turn_get_one_followup(start_server: StartServ
         return len(jobs) >= 2 and all(j["status"] not in ("queued", "running") for j in jobs)
 
     api.wait_for(finished, timeout=20, what="both turns to finish")
-    time.sleep(SETTLE_S)
+    api.wait_idle()
 
     jobs = sorted(api.jobs(chat_jid=chat), key=lambda j: j["id"])
     assert [j["id"] for j in jobs] == [job1, job2], jobs
@@ -317,7 +314,7 @@ def test_sigint_stops_gracefully_and_a_restart_serves_the_same_data(
     answers = _by_seq(api.wait_answers(chat, 2))
     assert answers[0] == first and "after restart" in answers[1]["content"], answers
     api.wait_for(lambda: len(sink.for_chat(chat)) >= 2, what="the second delivery")
-    time.sleep(SETTLE_S)
+    api.wait_idle()
     assert [d.body["id"] for d in sink.for_chat(chat)] == [a["id"] for a in answers]
 
 

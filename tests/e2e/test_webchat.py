@@ -9,7 +9,6 @@ import re
 import subprocess
 import sys
 import threading
-import time
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -193,8 +192,12 @@ def test_operator_sees_other_chats_live(server: Server, browser: Browser) -> Non
     expect(answer).to_have_count(1, timeout=10_000)
     assert answer.locator(".folder").count() == 0
     assert visitor.locator('[data-testid="message"][data-type="trace"]').count() == 0
-    # The anonymous page sees only its own chat.
-    time.sleep(0.5)
+    # The anonymous page sees only its own chat: once its own answer is shown, the telegram
+    # message published before it would have been shown too.
+    own_answer = visitor.locator(
+        '[data-testid="message"][data-type="assistant"]', has_text="question from the support page"
+    )
+    expect(own_answer.first).to_be_visible(timeout=15_000)
     chats = {
         visitor.locator('[data-testid="message"]').nth(i).get_attribute("data-chat")
         for i in range(visitor.locator('[data-testid="message"]').count())

@@ -38,8 +38,8 @@ class Received:
 class Reply:
     """One answer with ``status`` and ``headers``: a JSON ``body``; or, when ``frames`` is set, a
     ``text/event-stream`` of those frames; or, when ``text`` is set, that plain text.
-    ``delay_s`` holds the answer back (for timeouts); ``break_after`` drops the connection after
-    that many frames (a stream cut short)."""
+    ``delay_s`` holds the answer back (for timeouts); ``hold``, until the test sets it;
+    ``break_after`` drops the connection after that many frames (a stream cut short)."""
 
     status: int = 200
     body: Any = None
@@ -47,6 +47,7 @@ class Reply:
     frames: list[str] | None = None
     text: str | None = None
     delay_s: float = 0.0
+    hold: asyncio.Event | None = None
     break_after: int | None = None
 
 
@@ -103,6 +104,8 @@ class FakeLLM:
         if not queued:
             return JSONResponse({"error": f"no reply queued for {request.url.path}"}, 500)
         reply = queued.pop(0)
+        if reply.hold is not None:
+            await reply.hold.wait()
         if reply.delay_s:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.closing.wait(), reply.delay_s)

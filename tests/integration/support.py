@@ -10,10 +10,15 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from postroom.app.gateway import Gateway
+from postroom.config import Config
 from postroom.core import InboundMessage, Trigger, Verb
 from postroom.core.folders import FolderDefaults
 from postroom.engine import FolderSpec, IngestLimits, Services
 from postroom.store import SqliteStore
+from postroom.store.records import RunRecord
+
+from gateway_support import new_data_dir
 
 _ids = itertools.count(1)
 
@@ -87,6 +92,15 @@ async def open_services(
     )
 
 
+async def open_gateway(tmp_path: Path, clock: Callable[[], datetime]) -> Gateway:
+    """``postroom serve``'s components (``Gateway.build``) over a fresh data directory in
+    *tmp_path*, with the same limits as :func:`open_services`; nothing is started."""
+    config = Config.model_validate(
+        {"limits": {"content_bytes": 4096}, "routing": {"missing_folder_notice": "1h"}}
+    )
+    return await Gateway.build(await new_data_dir(tmp_path), config, clock=clock)
+
+
 async def seed_spec_table(services: Services) -> None:
     """ROUTING §7: the folders, and rows 1-9 with exactly the spec's ids."""
     for path in SPEC_FOLDERS:
@@ -111,3 +125,26 @@ async def eventually(
                 await asyncio.sleep(0.01)
     except TimeoutError:
         raise AssertionError(f"timed out waiting for {what}") from None
+
+
+async def queue_idle(services: Services, *, outbox: bool = True) -> bool:
+    """No turn queued or running (and, with *outbox*, no delivery pending): everything written
+    so far has been worked off. The positive signal to wait for before asserting that nothing
+    more happened — never a sleep."""
+    async with services.store.read() as tx:
+        counts = await tx.job_counts()
+    if outbox and counts["deliveries_pending"]:
+        return False
+    return counts["queued"] == 0 and counts["running"] == 0
+
+
+async def runs(services: Services) -> list[RunRecord]:
+    """Every run record, in id order."""
+    found: list[RunRecord] = []
+    async with services.store.read() as tx:
+        for run_id in itertools.count(1):
+            run = await tx.get_run(run_id)
+            if run is None:
+                return found
+            found.append(run)
+    raise AssertionError("unreachable")

@@ -1,18 +1,20 @@
 """Agents end to end (PIPELINE §4–§6, MESSAGES §2–§4): messages go in through ingest, real workers
 build each run's context, the real Anthropic adapter talks to a fake Messages API, and the answers,
 traces, memory, state, conductor actions, delegations and compactions land in a real SQLite file;
-a recording sink stands in for the platform behind the real delivery loop.
+a recording channel stands in for the platform behind the real delivery loop.
 
-Everything is wired the way ``postroom serve`` wires it (``app/gateway.py``): providers built from
-a :class:`Config` by ``build_providers`` (so keys become account labels exactly as in production),
-the memory service, the tool factory, the compactor, the context builder with ``AGENT.md``
-personas, the answer writer, the worker pool and the delivery loop. One worker runs the turns so
-that the replies queued on the fake are consumed in a known order.
+The server is the one ``postroom serve`` runs: ``Gateway.build`` from a :class:`Config` (so keys
+become account labels exactly as in production) with the recording channel in its ``channels``
+seam and a fake clock in its ``clock`` seam, then ``Gateway.run`` on a free port. Nothing is
+wired by hand, so a component the gateway forgets to wire (tools, memory, the compactor, the
+personas) fails a test here. One worker runs the turns so that the replies queued on the fake
+are consumed in a known order.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import logging
@@ -27,41 +29,22 @@ import pytest
 import pytest_asyncio
 from structlog.testing import capture_logs
 
-from postroom.app.providers import account_label, build_providers
+from postroom.app.gateway import Gateway
+from postroom.app.providers import account_label
 from postroom.config import Config
 from postroom.core import Action, MessageType, StoredMessage
 from postroom.core.context import SUMMARY_BRIDGE
-from postroom.core.folders import FolderDefaults, FolderSettings
-from postroom.engine import FolderSpec, IngestLimits, Services
-from postroom.engine.answer import AnswerWriter
-from postroom.engine.compaction import CompactionSettings, Compactor
-from postroom.engine.context_builder import ContextBuilder, ContextSettings
-from postroom.engine.delivery import (
-    DeliveryLoop,
-    DeliverySettings,
-    OutgoingChunk,
-    SendResult,
-    SinkRouter,
-)
+from postroom.engine import FolderSpec, Services
 from postroom.engine.ingest import IngestResult
-from postroom.engine.memory import MemoryService
-from postroom.engine.persona import PersonaSource
-from postroom.engine.runner import ProviderRunner
-from postroom.engine.signals import Signals
-from postroom.engine.tools import ToolFactory
-from postroom.engine.turns import QueueSettings
 from postroom.engine.views import message_to_dict
-from postroom.engine.worker import WorkerPool
 from postroom.llm.accounts import AccountPool
-from postroom.llm.base import ModelRequest, ModelResponse, Provider
-from postroom.llm.models import ModelInfo, ModelTable
-from postroom.llm.tokenizer import TokenCounter
-from postroom.store import SqliteStore
+from postroom.llm.models import ModelInfo
 from postroom.store.records import JobKind, JobRecord, JobStatus, RunRecord
 
 from fake_llm import FakeLLM, Received, Reply, serve
 from fakeclock import FakeClock
-from support import eventually, inbound
+from gateway_support import RecordingChannel, new_data_dir, serving
+from support import eventually, inbound, queue_idle, runs
 
 # One fake Messages API per module (starting uvicorn costs ~0.2 s); each test starts from a clean
 # slate of recorded requests and queued replies.
@@ -76,16 +59,6 @@ CHAT = "telegram:group/5"
 ANA = "telegram:user/ana"
 BOB = "telegram:user/bob"
 SONNET = "claude-sonnet-4-6"
-QUEUE = QueueSettings(
-    max_attempts=3,
-    backoff_base_s=60,
-    # One worker: the fake answers requests in the order they arrive.
-    max_concurrent_turns=1,
-    lease_s=30,
-    lease_renew_s=10,
-    shutdown_grace_s=0.2,
-    backstop_s=0.02,
-)
 BASIC_TOOLS = ["send_message", "memory_save", "memory_search", "state_set", "delegate"]
 ROUTE_TOOLS = ["list_routes", "add_route", "delete_route", "set_routes", "create_folder"]
 
@@ -172,32 +145,16 @@ def tool_names(body: Mapping[str, Any]) -> list[str]:
 # --------------------------------------------------------------------------- the rig
 
 
-class RecordingSink:
-    """The platform: records every chunk the delivery loop sends."""
-
-    def __init__(self) -> None:
-        self.sent: list[OutgoingChunk] = []
-
-    async def send(self, chunk: OutgoingChunk) -> SendResult:
-        self.sent.append(chunk)
-        return SendResult(f"p{len(self.sent)}")
-
-    def to(self, chat_jid: str) -> list[tuple[str, str]]:
-        return [(c.message_type, c.content) for c in self.sent if c.chat_jid == chat_jid]
-
-
 @dataclass
 class Rig:
-    """The engine of ``postroom serve`` over one data directory, workers and delivery running."""
+    """``postroom serve`` over one data directory (``Gateway.build`` and ``Gateway.run``), with
+    a recording channel for the ``telegram:`` chats."""
 
     data_dir: Path
     clock: FakeClock
-    services: Services
-    providers: dict[str, Provider]
-    workers: WorkerPool
-    delivery: DeliveryLoop
-    sink: RecordingSink
-    delivering: asyncio.Task[None]
+    gateway: Gateway
+    sink: RecordingChannel
+    stack: contextlib.AsyncExitStack
 
     @classmethod
     async def start(
@@ -209,111 +166,44 @@ class Rig:
         keys: Sequence[str] = (KEY1,),
         models: Mapping[str, ModelInfo] | None = None,
     ) -> Rig:
-        await asyncio.to_thread(data_dir.mkdir, parents=True)
         config = Config.model_validate(
-            {"providers": {"anthropic": {"api_keys": list(keys), "base_url": url}}}
+            {
+                "providers": {"anthropic": {"api_keys": list(keys), "base_url": url}},
+                # One worker: the fake answers requests in the order they arrive.
+                "queue": {"max_concurrent_turns": 1, "shutdown_grace": "200ms"},
+                "models": {
+                    name: {
+                        "context_window": info.context_window,
+                        "input_per_mtok": info.input_per_mtok,
+                        "output_per_mtok": info.output_per_mtok,
+                    }
+                    for name, info in (models or {}).items()
+                },
+            }
         )
-        store = await SqliteStore.open(data_dir / "postroom.db")
-        signals = Signals()
-        services = Services.build(
-            store,
-            folders_dir=data_dir / "folders",
-            trigger=config.trigger(),
-            defaults=FolderDefaults(),
-            limits=IngestLimits(),
-            clock=clock,
-            queue=QUEUE,
-            signals=signals,
+        sink = RecordingChannel()
+        gateway = await Gateway.build(
+            await new_data_dir(data_dir), config, clock=clock, channels=[sink]
         )
-        providers = build_providers(config, clock=clock)
-        table = ModelTable(dict(models or {}))
-        runner = ProviderRunner(providers, max_model_calls=config.llm.max_model_calls, models=table)
-        memory = MemoryService(store=store)
-
-        async def complete(request: ModelRequest, settings: FolderSettings) -> ModelResponse:
-            return await runner.provider_for(settings).complete(request)
-
-        compactor = Compactor(
-            store=store,
-            complete=complete,
-            memory=memory,
-            tokens=TokenCounter(),
-            models=table,
-            clock=clock,
-            settings=CompactionSettings(
-                threshold=config.compaction.threshold, keep_last=config.compaction.keep_last
-            ),
-        )
-        workers = WorkerPool(
-            store=store,
-            catalog=services.catalog,
-            runner=runner,
-            signals=signals,
-            clock=clock,
-            queue=QUEUE,
-            context=ContextBuilder(
-                store=store,
-                catalog=services.catalog,
-                clock=clock,
-                settings=ContextSettings(
-                    max_messages=config.context.max_messages,
-                    observe_window_messages=config.observe.window_messages,
-                    observe_window_chars=config.observe.window_chars,
-                ),
-                personas=PersonaSource(data_dir / "folders"),
-                memory=memory,
-                compactor=compactor,
-            ),
-            defaults=services.defaults,
-            owner="test",
-            boot_id="boot-1",
-            assistant_name=config.assistant.name,
-            answers=AnswerWriter(
-                clock=clock,
-                memory=memory,
-                folders=services.folders,
-                tasks=services.tasks,
-                assistant_name=config.assistant.name,
-                max_depth=config.delegation.max_depth,
-                max_attempts=QUEUE.max_attempts,
-            ),
-            tools=ToolFactory(
-                memory=memory,
-                routes=services.routes,
-                folders=services.folders,
-                max_depth=config.delegation.max_depth,
-            ),
-        )
-        sink = RecordingSink()
-        delivery = DeliveryLoop(
-            store=store,
-            sinks=SinkRouter(fallback=sink),
-            catalog=services.catalog,
-            defaults=services.defaults,
-            signals=signals,
-            clock=clock,
-            settings=DeliverySettings(),
-        )
-        await workers.start()
-        delivering = asyncio.create_task(delivery.run(), name="delivery")
-        return cls(data_dir, clock, services, providers, workers, delivery, sink, delivering)
+        stack = contextlib.AsyncExitStack()
+        await stack.enter_async_context(serving(gateway))
+        return cls(data_dir, clock, gateway, sink, stack)
 
     async def close(self) -> None:
-        # The delivery loop first: stopping the workers cancels their claim loops, and a task
-        # cancelled while SqliteStore.read() awaits its BEGIN leaves the shared read connection
-        # inside that transaction, so the loop's next read would fail.
-        self.delivery.stop()
-        await self.delivering
-        await self.workers.stop()
-        for provider in self.providers.values():
-            if isinstance(provider, AccountPool):
-                for _, account in provider.accounts():
-                    await account.aclose()  # type: ignore[attr-defined]
-        await self.services.close()
+        await self.stack.aclose()
+
+    @property
+    def services(self) -> Services:
+        return self.gateway.services
+
+    def advance(self, **delta: float) -> None:
+        """Move the clock and tell the workers time moved (as the backstop timer would)."""
+        self.clock.advance(**delta)
+        self.services.signals.turns.wake()
 
     @property
     def pool(self) -> AccountPool:
-        pool = self.providers["anthropic"]
+        pool = self.gateway.providers["anthropic"]
         assert isinstance(pool, AccountPool)
         return pool
 
@@ -367,14 +257,7 @@ class Rig:
         return [m for m in await self.rows(chat) if m.message_type is kind]
 
     async def runs(self) -> list[RunRecord]:
-        found: list[RunRecord] = []
-        async with self.services.store.read() as tx:
-            for run_id in itertools.count(1):
-                run = await tx.get_run(run_id)
-                if run is None:
-                    return found
-                found.append(run)
-        raise AssertionError("unreachable")
+        return await runs(self.services)
 
     async def jobs(self) -> list[JobRecord]:
         return sorted(await self.services.turns.list_jobs(limit=1000), key=lambda j: j.id)
@@ -384,7 +267,7 @@ class Rig:
         await eventually(
             lambda: len(self.sink.to(chat)) >= len(expected), f"{len(expected)} sends to {chat}"
         )
-        await asyncio.sleep(0.05)  # anything else on its way arrives now
+        await eventually(lambda: queue_idle(self.services), "every turn and delivery to be done")
         assert self.sink.to(chat) == list(expected)
 
 
@@ -456,6 +339,8 @@ async def test_the_model_sees_observed_rows_persona_and_notices_never_host_or_tr
     first = fake.bodies(MESSAGES)
     assert "You are Main, version one." in first[0]["system"]
     assert texts(first[0]) == ["what do you know about me?"]
+    # Delivered first: a delivery renews the engagement that the reset below ends.
+    await rig.delivered(CHAT, ("assistant", "I have nothing on file yet."))
 
     # A steering command: consumed, acknowledged with a host message.
     steering = await rig.ingest(CHAT, "@")
@@ -560,7 +445,7 @@ async def test_a_rate_limited_key_rests_while_the_next_answers_and_keys_never_le
         assert [r.account for r in await rig.runs() if r.job_id == second] == [LABEL2]
 
         # Both keys limited: the run fails as rate-limited and the job's backoff applies.
-        clock.advance(seconds=31)  # key 1 is free again, and is tried first
+        rig.advance(seconds=31)  # key 1 is free again, and is tried first
         fake.received.clear()
         fake.answer(
             MESSAGES,
@@ -603,19 +488,22 @@ async def test_a_server_error_retries_the_turn_after_its_backoff(
     assert job.status is JobStatus.QUEUED
     assert job.run_at == clock.now + timedelta(seconds=120)  # backoff_base × 2^1
     assert job.last_error is not None and "HTTP 500" in job.last_error
-    await asyncio.sleep(0.2)  # several backstop polls: not due yet, not run again
-    assert len(fake.received) == 1
+    # Not due yet: a turn queued after it in another chat is claimed and answered, it is not.
+    fake.answer(MESSAGES, text_reply("Meanwhile, elsewhere."))
+    await rig.answer("telegram:group/9", "meanwhile")
+    assert len(fake.received) == 2
+    assert (await rig.services.turns.get_job(job_id)).status is JobStatus.QUEUED
     # The chat is told how long it will wait, once.
     (notice,) = await rig.of_type(CHAT, MessageType.HOST)
     assert notice.content == "⚠️ trying again in 2 minutes"
 
     fake.answer(MESSAGES, text_reply("Sorry for the wait."))
-    clock.advance(seconds=120)
+    rig.advance(seconds=120)
     job = await rig.done(job_id)
-    assert job.attempts == 1 and len(fake.received) == 2
+    assert job.attempts == 1 and len(fake.received) == 3
     (answer,) = await rig.of_type(CHAT, MessageType.ASSISTANT)
     assert answer.content == "Sorry for the wait." and job.answer_id == answer.id
-    assert [r.outcome for r in await rig.runs()] == ["error", "ok"]
+    assert [r.outcome for r in await rig.runs() if r.job_id == job_id] == ["error", "ok"]
     await rig.delivered(
         CHAT, ("host", "⚠️ trying again in 2 minutes"), ("assistant", "Sorry for the wait.")
     )
@@ -918,6 +806,73 @@ async def test_ordinary_agents_get_no_route_tools(rig: Rig, fake: FakeLLM) -> No
     assert len(await rig.services.routes.list_routes()) == 1
 
 
+# --------------------------------------------------------------------------- busy_policy steer (§2)
+
+
+async def steering_folder(rig: Rig) -> None:
+    spec = FolderSpec(persona="You are Main.", provider="anthropic", busy_policy="steer")
+    await rig.services.folders.add_folder("main", spec, actor="test")
+    await rig.route(9999, "", "main")
+
+
+def held(reply: Reply) -> tuple[Reply, asyncio.Event]:
+    """*reply*, answered only once the returned event is set."""
+    reply.hold = asyncio.Event()
+    return reply, reply.hold
+
+
+async def test_steer_brings_a_message_into_the_running_tool_loop_at_its_next_call(
+    rig: Rig, fake: FakeLLM
+) -> None:
+    """PIPELINE §2: a message arriving while the turn runs reaches the run's next model call,
+    and that turn answers it (``job_messages``); the follow-up it was queued as is cancelled."""
+    await steering_folder(rig)
+    first, release = held(tool_reply(("memory_search", {"query": "tea"})))
+    fake.answer(MESSAGES, first, text_reply("Tea and biscuits, noted."))
+    tea = await rig.ingest(CHAT, "I like tea")
+    job_id = tea.decision.job_id
+    assert job_id is not None
+    await eventually(lambda: len(fake.received) == 1, "the first model call")
+    biscuits = await rig.ingest(CHAT, "and biscuits")
+    assert biscuits.decision.action is Action.FIRE
+    followup = biscuits.decision.job_id
+    assert followup is not None and followup != job_id  # queued behind the running turn
+    release.set()
+
+    job = await rig.done(job_id)
+    bodies = fake.bodies(MESSAGES)
+    assert len(bodies) == 2
+    assert texts(bodies[0]) == ["I like tea"]
+    assert texts(bodies[1])[0] == "I like tea" and texts(bodies[1])[-1] == "and biscuits"
+    assert job.messages == ((tea.id, CHAT), (biscuits.id, CHAT))
+    taken = await rig.services.turns.get_job(followup)
+    assert (taken.status, taken.messages) == (JobStatus.CANCELLED, ())
+    (answer,) = await rig.of_type(CHAT, MessageType.ASSISTANT)
+    assert (answer.content, answer.metadata["job_id"]) == ("Tea and biscuits, noted.", job_id)
+    assert answer.reply_to == biscuits.id
+    (run,) = [r for r in await rig.runs() if r.job_id == job_id]
+    assert run.messages[-1]["content"] == "and biscuits"
+    await rig.delivered(CHAT, ("assistant", "Tea and biscuits, noted."))
+
+
+async def test_steer_leaves_the_message_to_a_follow_up_when_the_run_calls_no_more(
+    rig: Rig, fake: FakeLLM
+) -> None:
+    await steering_folder(rig)
+    first, release = held(text_reply("One."))
+    fake.answer(MESSAGES, first, text_reply("Two."))
+    one = await rig.ingest(CHAT, "first")
+    await eventually(lambda: len(fake.received) == 1, "the first model call")
+    two = await rig.ingest(CHAT, "second")
+    assert one.decision.job_id is not None and two.decision.job_id is not None
+    release.set()
+    first_job = await rig.done(one.decision.job_id)
+    second_job = await rig.done(two.decision.job_id)
+    assert (first_job.messages, second_job.messages) == (((one.id, CHAT),), ((two.id, CHAT),))
+    assert texts(fake.bodies(MESSAGES)[1]) == ["first", "One.", "second"]
+    await rig.delivered(CHAT, ("assistant", "One."), ("assistant", "Two."))
+
+
 # --------------------------------------------------------------------------- delegation (§5)
 
 
@@ -994,7 +949,8 @@ async def test_delegation_deeper_than_the_cap_is_refused(rig: Rig, fake: FakeLLM
         return len(jobs) == 4 and all(j.status is JobStatus.DONE for j in jobs)
 
     await eventually(chain_done, "the chain of delegations to finish")
-    await asyncio.sleep(0.1)  # a fifth turn would have been queued by now
+    # A fifth turn would have been queued in the commit of the fourth: none is left to run.
+    await eventually(lambda: queue_idle(rig.services), "every turn and delivery to be done")
     jobs = await rig.jobs()
     assert [(j.folder, j.depth, j.kind.value) for j in jobs] == [
         ("team", 0, "turn"),

@@ -783,6 +783,58 @@ async def test_wrong_content_types_and_methods_are_4xx(api: Api) -> None:
     assert await api.messages(limit=1000) == []
 
 
+async def test_post_messages_has_one_path_and_its_refusals_are_the_apis(api: Api) -> None:
+    """The ingest lane answers every ``POST /api/v1/messages``; FastAPI's router has no route
+    for it (nothing behind the lane to fall through to), and the OpenAPI document still
+    describes it."""
+    mounted = [
+        route
+        for route in api.gateway.http.routes
+        if getattr(route, "path", None) == "/api/v1/messages"
+        and "POST" in (getattr(route, "methods", None) or ())
+    ]
+    assert mounted == []
+    json_type = {"content-type": "application/json"}
+    cases = [
+        (b"{not json", json_type, "The body is not valid JSON."),
+        (b"", json_type, "The body is not valid JSON."),
+        (b"\xff", json_type, "The body is not valid JSON."),
+        (b"[" * 5000, json_type, "The body is not valid JSON."),
+        (b"[1, 2]", json_type, "The body must be a JSON object."),
+        (
+            b"chat_jid=web%3Amain%2Fa",
+            {"content-type": "application/x-www-form-urlencoded"},
+            "Send the message as JSON (Content-Type: application/json).",
+        ),
+        (json.dumps({"chat_jid": CHAT}).encode(), json_type, "Missing field 'sender'."),
+        (
+            json.dumps(body(surprise=1)).encode(),
+            json_type,
+            "Unknown field 'surprise'; it is not accepted here.",
+        ),
+        (
+            json.dumps(body(sender_name="x" * 300)).encode(),
+            json_type,
+            "Field 'sender_name': String should have at most 255 characters.",
+        ),
+    ]
+    for raw, headers, sentence in cases:
+        response = await api.client.post("/api/v1/messages", content=raw, headers=headers)
+        assert assert_error(response, 400) == sentence, raw[:40]
+    # Ingest's own refusals keep their statuses too.
+    assert "teleport" in assert_error(
+        await api.client.post("/api/v1/messages", json=body(verb="teleport")), 400
+    )
+    too_long = "x" * 70_000
+    assert_error(await api.client.post("/api/v1/messages", json=body(content=too_long)), 413)
+    schema = (await api.client.get("/api/v1/openapi.json")).json()
+    post = schema["paths"]["/api/v1/messages"]["post"]
+    assert post["summary"] == "Inbound message from any adapter"
+    reference = post["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    assert "content" in schema["components"]["schemas"][reference.rpartition("/")[2]]["properties"]
+    assert await api.messages(limit=1000) == []
+
+
 # --------------------------------------------------------------------------- GET /messages
 
 

@@ -30,6 +30,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from structlog.testing import capture_logs
 
+from postroom.app.gateway import Gateway
 from postroom.channels.http import EventStreamSink, WebhookSession, WebhookSink, sign_body
 from postroom.core import Action, Layer, MessageType
 from postroom.core.chunking import limit_for
@@ -45,14 +46,12 @@ from postroom.engine.delivery import (
 )
 from postroom.engine.notices import post_notice
 from postroom.engine.outbox import DeliveryKind, OutboundMessage, plan_deliveries, write_outbox
-from postroom.engine.runner import ProviderRunner
-from postroom.engine.worker import ContextSettings, WorkerPool
-from postroom.llm.echo import EchoProvider
+from postroom.engine.worker import WorkerPool
 from postroom.store.records import DeliveryRecord, JobRecord, JobStatus, NewMessage
 from postroom.store.sqlite import base as sqlite_base
 
 from fakeclock import FakeClock
-from support import eventually, inbound, open_services, seed_spec_table
+from support import eventually, inbound, open_gateway, seed_spec_table
 
 GUILD = "discord:guild/77/channel/3"
 ABANDONED_PREFIX = "⚠️ a message could not be delivered"
@@ -200,10 +199,15 @@ def words(text: str) -> list[str]:
 
 
 @pytest.fixture
-async def services(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Services]:
-    engine = await open_services(tmp_path, clock)
-    yield engine
-    await engine.close()
+async def gateway(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Gateway]:
+    built = await open_gateway(tmp_path / "data", clock)
+    yield built
+    await built.close()
+
+
+@pytest.fixture
+def services(gateway: Gateway) -> Services:
+    return gateway.services
 
 
 @pytest.fixture
@@ -217,22 +221,11 @@ def loop(services: Services, clock: FakeClock, sink: RecordingSink) -> DeliveryL
 
 
 @pytest.fixture
-async def workers(services: Services, clock: FakeClock) -> AsyncIterator[WorkerPool]:
-    pool = WorkerPool(
-        store=services.store,
-        catalog=services.catalog,
-        runner=ProviderRunner({"echo": EchoProvider()}),
-        signals=services.signals,
-        clock=clock,
-        queue=services.queue,
-        context=ContextSettings(),
-        defaults=services.defaults,
-        owner="test-delivery",
-        boot_id=uuid.uuid4().hex,
-    )
-    await pool.start()
-    yield pool
-    await pool.stop()
+async def workers(gateway: Gateway) -> AsyncIterator[WorkerPool]:
+    """The gateway's turn workers (echo), claiming turns."""
+    await gateway.workers.start()
+    yield gateway.workers
+    await gateway.workers.stop()
 
 
 # --------------------------------------------------------------------------- chunking
@@ -1045,8 +1038,10 @@ class SlowSink(RecordingSink):
     def __init__(self, clock: FakeClock) -> None:
         super().__init__(clock)
         self.release = asyncio.Event()
+        self.entered = asyncio.Event()
 
     async def send(self, chunk: OutgoingChunk) -> SendResult:
+        self.entered.set()
         await self.release.wait()
         return await super().send(chunk)
 
@@ -1060,9 +1055,9 @@ async def test_overlapping_rounds_never_send_a_row_twice(
     loop = make_loop(services, clock, sink)
     await put_answer(services, clock, "only once", [GUILD])
     first = asyncio.create_task(loop.deliver_due())
-    await asyncio.sleep(0.05)  # the first round is now waiting inside the sink
+    await asyncio.wait_for(sink.entered.wait(), 10)  # the first round waits inside the sink
     second = asyncio.create_task(loop.deliver_due())
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0)  # the second round starts while the first is mid-send
     sink.release.set()
     assert await first is True
     assert await second is False  # it ran after the first: nothing was due any more

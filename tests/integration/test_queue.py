@@ -1,110 +1,34 @@
-"""The turn queue with real workers over a real SQLite file (PIPELINE §2): enqueue and join,
-priorities, one running turn per conversation, FIFO, the busy policies, the operator's retry
-and cancel, and the ``/stop`` and ``/status`` commands."""
+"""The turn queue as ``postroom serve`` builds it, with real workers over a real SQLite file
+(PIPELINE §2): enqueue and join, priorities, one running turn per conversation, FIFO, the busy
+policies, the operator's retry and cancel, and the ``/stop`` and ``/status`` commands."""
 
 from __future__ import annotations
 
 import asyncio
-import itertools
-import re
-from collections import Counter, deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from postroom.core import Action, MessageType, StoredMessage
+from postroom.config import DATABASE_FILE
+from postroom.core import Action, MessageType
 from postroom.core.errors import Conflict, NotFound
-from postroom.core.folders import FolderDefaults, FolderSettings
-from postroom.core.trigger import Trigger
-from postroom.engine import FolderSpec, IngestLimits, Services
-from postroom.engine.runner import AgentResult, Toolbox
-from postroom.engine.signals import Signals
-from postroom.engine.turns import QueueSettings
-from postroom.engine.worker import ContextSettings, WorkerPool
-from postroom.llm import EchoProvider, ModelRequest, ProviderError
+from postroom.engine import FolderSpec, Services
+from postroom.llm import ModelRequest, ProviderError
 from postroom.store import SqliteStore, Store, StoreTx
 from postroom.store.records import JobRecord, JobStatus
 
 from fakeclock import FakeClock
-from support import eventually, inbound, seed_spec_table
+from gated_provider import GatedProvider
+from gateway_support import new_data_dir
+from support import eventually, inbound, queue_idle
+from turn_rig import Rig, all_jobs, answers, fire, rows, settled
 
 OWNER = "telegram:user/1"
-QUEUE = QueueSettings(
-    max_attempts=3,
-    backoff_base_s=60,
-    max_concurrent_turns=2,
-    lease_s=30,
-    lease_renew_s=10,
-    shutdown_grace_s=0.2,
-    backstop_s=0.05,
-)
-_CHAT_NOTICE = re.compile(r"^Chat: (\S+) ", re.MULTILINE)
-
-
-# -- the runner and the rig ---------------------------------------------------------------------
-class GatedRunner:
-    """An :class:`AgentRunner` that answers like the echo provider once ``gate`` is open.
-
-    It records every request and the order of starts, ends and cancellations, can hold one call
-    on its own event (``holds[index]``), raises the queued ``failures`` first, and counts the
-    runs in flight per conversation — ``(folder, chat)``, the chat read off the system notices.
-    """
-
-    def __init__(self, *, open_gate: bool = True, failures: Iterable[ProviderError] = ()) -> None:
-        self.gate = asyncio.Event()
-        if open_gate:
-            self.gate.set()
-        self.holds: dict[int, asyncio.Event] = {}
-        self.failures = deque(failures)
-        self.requests: list[ModelRequest] = []
-        self.keys: list[tuple[str, str]] = []
-        self.events: list[tuple[str, int]] = []
-        self.in_flight: Counter[tuple[str, str]] = Counter()
-        self.max_in_flight: Counter[tuple[str, str]] = Counter()
-        self.total = 0
-        self.max_total = 0
-        self._echo = EchoProvider()
-
-    async def run(
-        self,
-        request: ModelRequest,
-        *,
-        settings: FolderSettings,
-        toolbox: Toolbox | None = None,
-    ) -> AgentResult:
-        index = len(self.requests)
-        key = (settings.path, chat_of(request))
-        self.requests.append(request)
-        self.keys.append(key)
-        self.events.append(("start", index))
-        self.in_flight[key] += 1
-        self.total += 1
-        self.max_in_flight[key] = max(self.max_in_flight[key], self.in_flight[key])
-        self.max_total = max(self.max_total, self.total)
-        try:
-            await self.gate.wait()
-            hold = self.holds.get(index)
-            if hold is not None:
-                await hold.wait()
-            if self.failures:
-                self.events.append(("failed", index))
-                raise self.failures.popleft()
-            response = await self._echo.complete(request)
-        except asyncio.CancelledError:
-            self.events.append(("cancelled", index))
-            raise
-        finally:
-            self.in_flight[key] -= 1
-            self.total -= 1
-        self.events.append(("done", index))
-        return AgentResult(response=response, request=request, raws=(response.raw,))
-
-    def cancelled(self) -> list[int]:
-        return [index for event, index in self.events if event == "cancelled"]
+OWNERS = {"senders": [OWNER]}
 
 
 class ClaimTap:
@@ -151,74 +75,6 @@ class _TapTx:
         return job
 
 
-def chat_of(request: ModelRequest) -> str:
-    found = _CHAT_NOTICE.search(request.system)
-    assert found is not None, request.system
-    return found.group(1)
-
-
-class Rig:
-    """Services over real SQLite files and worker pools, all closed at teardown."""
-
-    def __init__(self, tmp_path: Path, clock: FakeClock) -> None:
-        self.tmp_path = tmp_path
-        self.clock = clock
-        self._services: list[Services] = []
-        self._pools: list[WorkerPool] = []
-        self._names = itertools.count(1)
-
-    async def open(
-        self, *, owners: frozenset[str] = frozenset(), queue: QueueSettings = QUEUE
-    ) -> Services:
-        store = await SqliteStore.open(self.tmp_path / f"postroom-{next(self._names)}.db")
-        services = Services.build(
-            store,
-            folders_dir=self.tmp_path / "folders",
-            trigger=Trigger(),
-            defaults=FolderDefaults(),
-            limits=IngestLimits(),
-            clock=self.clock,
-            queue=queue,
-            owners=owners,
-            signals=Signals(),
-        )
-        self._services.append(services)
-        await seed_spec_table(services)
-        return services
-
-    async def start_pool(
-        self,
-        services: Services,
-        runner: GatedRunner,
-        *,
-        store: Store | None = None,
-        boot_id: str = "b1",
-        context: ContextSettings | None = None,
-        **queue: float,
-    ) -> WorkerPool:
-        pool = WorkerPool(
-            store=store or services.store,
-            catalog=services.catalog,
-            runner=runner,
-            signals=services.signals,
-            clock=self.clock,
-            queue=replace(services.queue, **queue),  # type: ignore[arg-type]
-            context=context or ContextSettings(),
-            defaults=services.defaults,
-            owner="test",
-            boot_id=boot_id,
-        )
-        self._pools.append(pool)
-        await pool.start()
-        return pool
-
-    async def close(self) -> None:
-        for pool in reversed(self._pools):
-            await pool.stop()
-        for services in self._services:
-            await services.close()
-
-
 @pytest.fixture
 async def rig(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Rig]:
     rig = Rig(tmp_path, clock)
@@ -229,29 +85,6 @@ async def rig(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Rig]:
 
 
 # -- helpers -----------------------------------------------------------------------------------
-async def settled(services: Services, job_id: int, status: JobStatus = JobStatus.DONE) -> JobRecord:
-    async def reached() -> bool:
-        return (await services.turns.get_job(job_id)).status is status
-
-    await eventually(reached, f"job {job_id} to be {status.value}")
-    return await services.turns.get_job(job_id)
-
-
-async def queue_empty(services: Services) -> bool:
-    async with services.store.read() as tx:
-        counts = await tx.job_counts()
-    return counts["queued"] == 0 and counts["running"] == 0
-
-
-async def fire(
-    services: Services, chat: str, text: str, *, sender: str = "telegram:user/42"
-) -> int:
-    result = await services.ingest.ingest(inbound(chat, text, sender=sender))
-    assert result.decision.action is Action.FIRE, result.decision
-    assert result.decision.job_id is not None
-    return result.decision.job_id
-
-
 async def command(services: Services, chat: str, text: str) -> str:
     result = await services.ingest.ingest(inbound(chat, text))
     assert result.decision.action is Action.COMMAND, result.decision
@@ -259,17 +92,8 @@ async def command(services: Services, chat: str, text: str) -> str:
     return result.decision.ack
 
 
-async def rows(services: Services, chat: str) -> list[StoredMessage]:
-    async with services.store.read() as tx:
-        return await tx.list_messages(chat_jid=chat, limit=10_000)
-
-
-async def answers(services: Services, chat: str) -> list[StoredMessage]:
-    return [m for m in await rows(services, chat) if m.message_type is MessageType.ASSISTANT]
-
-
-async def all_jobs(services: Services) -> list[JobRecord]:
-    return sorted(await services.turns.list_jobs(limit=10_000), key=lambda job: job.id)
+async def queue_empty(services: Services) -> bool:
+    return await queue_idle(services, outbox=False)
 
 
 def user_texts(request: ModelRequest) -> list[str]:
@@ -280,7 +104,7 @@ def user_texts(request: ModelRequest) -> list[str]:
 async def test_fired_message_queues_a_turn_and_the_next_one_joins_it(
     rig: Rig, clock: FakeClock
 ) -> None:
-    services = await rig.open()
+    services = (await rig.build(GatedProvider())).services
     chat = "telegram:group/5"
     first = await services.ingest.ingest(inbound(chat, "first"))
     second = await services.ingest.ingest(inbound(chat, "second"))
@@ -307,7 +131,7 @@ async def test_fired_message_queues_a_turn_and_the_next_one_joins_it(
 
 
 async def test_priorities_owner_conductor_normal_and_joining_takes_the_minimum(rig: Rig) -> None:
-    services = await rig.open(owners=frozenset({OWNER}))
+    services = (await rig.build(GatedProvider(), owners=OWNERS)).services
     await services.folders.add_folder("boss", FolderSpec(role="conductor"), actor="test")
     await services.routes.add_route(-20, "chat_jid=telegram:group/30", "boss", actor="test")
 
@@ -333,9 +157,8 @@ async def test_priorities_owner_conductor_normal_and_joining_takes_the_minimum(r
 async def test_one_turn_per_conversation_many_in_parallel_up_to_the_cap_fifo_each(
     rig: Rig,
 ) -> None:
-    services = await rig.open()
-    runner = GatedRunner(open_gate=False)
-    await rig.start_pool(services, runner, max_concurrent_turns=4)
+    runner = GatedProvider(open_gate=False)
+    services = (await rig.start(runner, queue={"max_concurrent_turns": 4})).services
     chats = [f"telegram:group/{100 + n}" for n in range(6)]
     sent: dict[str, list[str]] = {chat: [] for chat in chats}
     fired: list[str] = []
@@ -412,11 +235,12 @@ async def test_one_turn_per_conversation_many_in_parallel_up_to_the_cap_fifo_eac
 
 
 async def test_priority_decides_across_conversations(rig: Rig) -> None:
-    services = await rig.open(owners=frozenset({OWNER}))
+    runner = GatedProvider(open_gate=False)
+    gateway = await rig.build(runner, owners=OWNERS, queue={"max_concurrent_turns": 1})
+    services = gateway.services
     await services.folders.add_folder("boss", FolderSpec(role="conductor"), actor="test")
     await services.routes.add_route(-20, "chat_jid=telegram:group/30", "boss", actor="test")
-    runner = GatedRunner(open_gate=False)
-    await rig.start_pool(services, runner, max_concurrent_turns=1)
+    await gateway.workers.start()
 
     first = await fire(services, "telegram:group/201", "a")
     await eventually(lambda: runner.total == 1, "the first turn to start")
@@ -439,9 +263,8 @@ async def test_priority_decides_across_conversations(rig: Rig) -> None:
 
 # -- busy policies -------------------------------------------------------------------------------
 async def test_followup_answers_everything_that_arrived_in_one_turn(rig: Rig) -> None:
-    services = await rig.open()
-    runner = GatedRunner(open_gate=False)
-    await rig.start_pool(services, runner)
+    runner = GatedProvider(open_gate=False)
+    services = (await rig.start(runner)).services
     chat = "telegram:group/5"
     running = await fire(services, chat, "m1")
     await eventually(lambda: runner.total == 1, "the first turn to start")
@@ -465,11 +288,12 @@ async def test_followup_answers_everything_that_arrived_in_one_turn(rig: Rig) ->
 
 
 async def test_interrupt_cancels_the_running_turn_and_answers_all_messages(rig: Rig) -> None:
-    services = await rig.open()
+    runner = GatedProvider(open_gate=False)
+    gateway = await rig.build(runner)
+    services = gateway.services
     await services.folders.add_folder("rush", FolderSpec(busy_policy="interrupt"), actor="test")
     await services.routes.add_route(-20, "chat_jid=telegram:group/77", "rush", actor="test")
-    runner = GatedRunner(open_gate=False)
-    await rig.start_pool(services, runner)
+    await gateway.workers.start()
     chat = "telegram:group/77"
 
     interrupted = await fire(services, chat, "m1")
@@ -495,10 +319,10 @@ async def test_interrupt_cancels_the_running_turn_and_answers_all_messages(rig: 
 async def test_a_message_arriving_as_its_turn_starts_is_answered_by_one_turn_only(
     rig: Rig,
 ) -> None:
-    services = await rig.open()
-    tap = ClaimTap(services.store)
-    runner = GatedRunner()
-    await rig.start_pool(services, runner, store=tap, max_concurrent_turns=1)
+    await new_data_dir(rig.data_dir)
+    tap = ClaimTap(await SqliteStore.open(rig.data_dir / DATABASE_FILE))
+    runner = GatedProvider()
+    services = (await rig.start(runner, store=tap, queue={"max_concurrent_turns": 1})).services
     chat = "telegram:group/5"
     late: list[int] = []
 
@@ -524,9 +348,8 @@ async def test_a_message_arriving_as_its_turn_starts_is_answered_by_one_turn_onl
 
 # -- the operator's cancel and retry -----------------------------------------------------------
 async def test_cancel_queued_and_running_turns_then_retry_them(rig: Rig) -> None:
-    services = await rig.open()
-    runner = GatedRunner(open_gate=False)
-    await rig.start_pool(services, runner, max_concurrent_turns=1)
+    runner = GatedProvider(open_gate=False)
+    services = (await rig.start(runner, queue={"max_concurrent_turns": 1})).services
     running = await fire(services, "telegram:group/1", "a")
     await eventually(lambda: runner.total == 1, "the first turn to start")
     queued = await fire(services, "telegram:group/2", "b")
@@ -556,9 +379,8 @@ async def test_cancel_queued_and_running_turns_then_retry_them(rig: Rig) -> None
 
 
 async def test_retry_and_cancel_refuse_the_wrong_state_and_unknown_ids(rig: Rig) -> None:
-    services = await rig.open()
-    runner = GatedRunner(open_gate=False)
-    await rig.start_pool(services, runner, max_concurrent_turns=1)
+    runner = GatedProvider(open_gate=False)
+    services = (await rig.start(runner, queue={"max_concurrent_turns": 1})).services
     running = await fire(services, "telegram:group/1", "a")
     await eventually(lambda: runner.total == 1, "the first turn to start")
     queued = await fire(services, "telegram:group/2", "b")
@@ -582,9 +404,8 @@ async def test_retry_and_cancel_refuse_the_wrong_state_and_unknown_ids(rig: Rig)
 
 # -- /stop and /status ----------------------------------------------------------------------------
 async def test_stop_cancels_the_running_turn_and_status_reports_the_queue(rig: Rig) -> None:
-    services = await rig.open()
-    runner = GatedRunner(open_gate=False)
-    await rig.start_pool(services, runner, max_concurrent_turns=1)
+    runner = GatedProvider(open_gate=False)
+    services = (await rig.start(runner, queue={"max_concurrent_turns": 1})).services
     chat_a, chat_b, chat_c = "telegram:group/1", "telegram:group/2", "telegram:group/3"
     running = await fire(services, chat_a, "a")
     await eventually(lambda: runner.total == 1, "the first turn to start")
@@ -614,9 +435,8 @@ async def test_stop_cancels_the_running_turn_and_status_reports_the_queue(rig: R
 async def test_stop_answers_the_stopped_question_and_the_followup_only_what_came_after(
     rig: Rig,
 ) -> None:
-    services = await rig.open()
-    runner = GatedRunner(open_gate=False)
-    await rig.start_pool(services, runner, max_concurrent_turns=1)
+    runner = GatedProvider(open_gate=False)
+    services = (await rig.start(runner, queue={"max_concurrent_turns": 1})).services
     chat = "telegram:group/5"
     stopped = await fire(services, chat, "write me a very long essay")
     await eventually(lambda: runner.total == 1, "the first turn to start")
@@ -640,9 +460,8 @@ async def test_stop_answers_the_stopped_question_and_the_followup_only_what_came
 
 
 async def test_stop_with_nothing_queued_leaves_the_question_answered(rig: Rig) -> None:
-    services = await rig.open()
-    runner = GatedRunner(open_gate=False)
-    await rig.start_pool(services, runner, max_concurrent_turns=1)
+    runner = GatedProvider(open_gate=False)
+    services = (await rig.start(runner, queue={"max_concurrent_turns": 1})).services
     chat = "telegram:group/5"
     stopped = await fire(services, chat, "first")
     await eventually(lambda: runner.total == 1, "the turn to start")
@@ -656,9 +475,8 @@ async def test_stop_with_nothing_queued_leaves_the_question_answered(rig: Rig) -
 
 
 async def test_stop_cancels_a_turn_waiting_to_be_retried(rig: Rig, clock: FakeClock) -> None:
-    services = await rig.open()
-    runner = GatedRunner(failures=[ProviderError("anthropic answered HTTP 500", retryable=True)])
-    await rig.start_pool(services, runner, max_concurrent_turns=1)
+    runner = GatedProvider(failures=[ProviderError("anthropic answered HTTP 500", retryable=True)])
+    services = (await rig.start(runner, queue={"max_concurrent_turns": 1})).services
     chat = "telegram:group/5"
     waiting = await fire(services, chat, "first")
     await eventually(lambda: runner.events[-1:] == [("failed", 0)], "the first run to fail")

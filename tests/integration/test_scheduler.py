@@ -23,6 +23,7 @@ import pytest
 from structlog.testing import capture_logs
 from typer.testing import CliRunner, Result
 
+from postroom.app.gateway import Gateway
 from postroom.channels.http import EventStreamSink
 from postroom.cli.main import app
 from postroom.core import Action, MessageType
@@ -35,15 +36,13 @@ from postroom.engine.delivery import (
     SendResult,
     SinkRouter,
 )
-from postroom.engine.runner import ProviderRunner
 from postroom.engine.tasks import Scheduler, TaskService, task_chat
-from postroom.engine.worker import ContextSettings, WorkerPool
-from postroom.llm.echo import EchoProvider
+from postroom.engine.worker import WorkerPool
 from postroom.store.records import JobKind, JobRecord, JobStatus, TaskRecord
 from postroom.store.sqlite import base as sqlite_base
 
 from fakeclock import FakeClock
-from support import eventually, inbound, open_services
+from support import eventually, inbound, open_gateway
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)  # the FakeClock's start (a Monday)
 CHAT = "telegram:group/7"
@@ -53,11 +52,16 @@ PERSONA = "You are the reporter. You write the daily report in three bullet poin
 
 
 @pytest.fixture
-async def services(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Services]:
-    engine = await open_services(tmp_path, clock)
-    await engine.folders.add_folder("reporter", FolderSpec(persona=PERSONA), actor="test")
-    yield engine
-    await engine.close()
+async def gateway(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Gateway]:
+    built = await open_gateway(tmp_path / "data", clock)
+    await built.services.folders.add_folder("reporter", FolderSpec(persona=PERSONA), actor="test")
+    yield built
+    await built.close()
+
+
+@pytest.fixture
+def services(gateway: Gateway) -> Services:
+    return gateway.services
 
 
 @pytest.fixture
@@ -360,22 +364,11 @@ class RecordingSink:
 
 
 @pytest.fixture
-async def workers(services: Services, clock: FakeClock) -> AsyncIterator[WorkerPool]:
-    pool = WorkerPool(
-        store=services.store,
-        catalog=services.catalog,
-        runner=ProviderRunner({"echo": EchoProvider()}),
-        signals=services.signals,
-        clock=clock,
-        queue=services.queue,
-        context=ContextSettings(),
-        defaults=services.defaults,
-        owner="test-scheduler",
-        boot_id=uuid.uuid4().hex,
-    )
-    await pool.start()
-    yield pool
-    await pool.stop()
+async def workers(gateway: Gateway) -> AsyncIterator[WorkerPool]:
+    """The gateway's turn workers (echo), claiming turns."""
+    await gateway.workers.start()
+    yield gateway.workers
+    await gateway.workers.stop()
 
 
 async def finished(services: Services, job_id: int) -> JobRecord:

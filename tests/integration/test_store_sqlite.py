@@ -16,6 +16,8 @@ from postroom.store import DropRecord, NewMessage, RouteSpec, SchemaTooNew, Sqli
 from postroom.store.sqlite.migrate import available_migrations
 from postroom.store.sqlite.store import CHECKPOINT_EVERY
 
+from support import eventually
+
 T = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 
 
@@ -124,9 +126,8 @@ async def test_a_write_waiting_for_another_process_never_stalls_the_event_loop(
 
         clock = asyncio.create_task(ticker())
         writing = asyncio.create_task(write())
-        await asyncio.sleep(0.3)
-        assert not writing.done()  # still waiting for the lock...
-        assert ticks >= 20  # ...while the loop kept running
+        await eventually(lambda: ticks >= 20, "the loop to keep running")
+        assert not writing.done()  # still waiting for the lock while the loop ran
         other.execute("COMMIT")
         await asyncio.wait_for(writing, 5)
         clock.cancel()

@@ -3,67 +3,25 @@ against a local OpenAI-compatible ``/audio/transcriptions`` server, over a real 
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import contextlib
 import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from postroom.core.messages import Attachment
 from postroom.engine import FolderSpec, Services
 from postroom.engine.enrich import VOICE_PLACEHOLDER, Enricher
 from postroom.llm.transcriber import HttpTranscriber
 
+from fake_whisper import FakeWhisper, serving
 from fakeclock import FakeClock
 from support import inbound, open_services
 
 CHAT = "telegram:user/42"
 AUDIO = b"OggS\x00fake-opus-bytes"
-
-
-@dataclasses.dataclass
-class FakeWhisper:
-    """Records each multipart upload; answers with ``text`` or a status."""
-
-    text: str = "meet me at noon"
-    status: int = 200
-    bodies: list[bytes] = dataclasses.field(default_factory=list)
-    auth: list[str] = dataclasses.field(default_factory=list)
-
-    async def transcriptions(self, request: Request) -> Response:
-        self.bodies.append(await request.body())
-        self.auth.append(request.headers.get("authorization", ""))
-        if self.status != 200:
-            return JSONResponse({"error": {"message": "busy"}}, status_code=self.status)
-        return JSONResponse({"text": f"  {self.text}\n"})
-
-
-@contextlib.asynccontextmanager
-async def serving(fake: FakeWhisper) -> AsyncIterator[str]:
-    app = Starlette(
-        routes=[Route("/v1/audio/transcriptions", fake.transcriptions, methods=["POST"])]
-    )
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=0, log_config=None, lifespan="off")
-    )
-    task = asyncio.create_task(server.serve())
-    while not server.started:  # noqa: ASYNC110 - uvicorn offers no "started" event
-        await asyncio.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        server.should_exit = True
-        await task
 
 
 @pytest.fixture

@@ -1,170 +1,45 @@
-"""Workers over a real SQLite file (PIPELINE §2–§3, MESSAGES §4): retries and backoff, the final
-host notice, leases and crash recovery, graceful shutdown, the context a run is given, and the
-run record it leaves."""
+"""Workers as ``postroom serve`` builds them, over a real SQLite file (PIPELINE §2–§3, MESSAGES
+§4): retries and backoff, the final host notice, leases and crash recovery, graceful shutdown,
+the context a run is given, and the run record it leaves."""
 
 from __future__ import annotations
 
 import asyncio
-import itertools
-import re
 import sqlite3
-from collections import Counter, deque
-from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import replace
-from datetime import timedelta
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 from structlog.testing import capture_logs
 
-from postroom.core import Action, MessageType, StoredMessage
-from postroom.core.folders import FolderDefaults, FolderSettings
-from postroom.core.trigger import Trigger
-from postroom.engine import FolderSpec, IngestLimits, Services
-from postroom.engine.runner import AgentResult, AgentRunner, ProviderRunner, Toolbox
-from postroom.engine.signals import Event, Signals
-from postroom.engine.turns import QueueSettings
-from postroom.engine.worker import ContextSettings, WorkerPool
+from postroom.app.gateway import Gateway
+from postroom.app.wiring import owner_id
+from postroom.config import DATABASE_FILE, Config
+from postroom.core import Action, MessageType
+from postroom.engine import FolderSpec, Services
+from postroom.engine.signals import Event
 from postroom.llm import EchoProvider, ModelRequest, ProviderError
 from postroom.store import NewMessage, SqliteStore
-from postroom.store.records import JobRecord, JobStatus, RunRecord
+from postroom.store.records import JobStatus
 from postroom.store.sqlite import base as sqlite_base
 
 from fakeclock import FakeClock
-from support import eventually, inbound, seed_spec_table
-
-QUEUE = QueueSettings(
-    max_attempts=3,
-    backoff_base_s=60,
-    max_concurrent_turns=2,
-    lease_s=30,
-    lease_renew_s=10,
-    shutdown_grace_s=0.2,
-    backstop_s=0.05,
+from gated_provider import GatedProvider
+from gateway_support import RecordingChannel, new_data_dir, serving
+from support import eventually, inbound, queue_idle, runs, seed_spec_table
+from turn_rig import (
+    CLAIM,
+    SWEEP,
+    Rig,
+    answers,
+    fire,
+    job_when,
+    rows,
+    settled,
+    statements,
+    turn_task_alive,
 )
-_CHAT_NOTICE = re.compile(r"^Chat: (\S+) ", re.MULTILINE)
-
-
-# -- the runner and the rig ---------------------------------------------------------------------
-class GatedRunner:
-    """An :class:`AgentRunner` that answers like the echo provider once ``gate`` is open.
-
-    It records every request and the order of starts, ends and cancellations, can hold one call
-    on its own event (``holds[index]``), raises the queued ``failures`` first, and counts the
-    runs in flight per conversation — ``(folder, chat)``, the chat read off the system notices.
-    """
-
-    def __init__(self, *, open_gate: bool = True, failures: Iterable[ProviderError] = ()) -> None:
-        self.gate = asyncio.Event()
-        if open_gate:
-            self.gate.set()
-        self.holds: dict[int, asyncio.Event] = {}
-        self.failures = deque(failures)
-        self.requests: list[ModelRequest] = []
-        self.events: list[tuple[str, int]] = []
-        self.in_flight: Counter[tuple[str, str]] = Counter()
-        self.max_in_flight: Counter[tuple[str, str]] = Counter()
-        self.total = 0
-        self._echo = EchoProvider()
-
-    async def run(
-        self,
-        request: ModelRequest,
-        *,
-        settings: FolderSettings,
-        toolbox: Toolbox | None = None,
-    ) -> AgentResult:
-        index = len(self.requests)
-        key = (settings.path, chat_of(request))
-        self.requests.append(request)
-        self.events.append(("start", index))
-        self.in_flight[key] += 1
-        self.total += 1
-        self.max_in_flight[key] = max(self.max_in_flight[key], self.in_flight[key])
-        try:
-            await self.gate.wait()
-            hold = self.holds.get(index)
-            if hold is not None:
-                await hold.wait()
-            if self.failures:
-                self.events.append(("failed", index))
-                raise self.failures.popleft()
-            response = await self._echo.complete(request)
-        except asyncio.CancelledError:
-            self.events.append(("cancelled", index))
-            raise
-        finally:
-            self.in_flight[key] -= 1
-            self.total -= 1
-        self.events.append(("done", index))
-        return AgentResult(response=response, request=request, raws=(response.raw,))
-
-    def cancelled(self) -> list[int]:
-        return [index for event, index in self.events if event == "cancelled"]
-
-
-def chat_of(request: ModelRequest) -> str:
-    found = _CHAT_NOTICE.search(request.system)
-    assert found is not None, request.system
-    return found.group(1)
-
-
-class Rig:
-    """Services over real SQLite files and worker pools, all closed at teardown."""
-
-    def __init__(self, tmp_path: Path, clock: FakeClock) -> None:
-        self.tmp_path = tmp_path
-        self.clock = clock
-        self._services: list[Services] = []
-        self._pools: list[WorkerPool] = []
-        self._names = itertools.count(1)
-
-    async def open(self, *, queue: QueueSettings = QUEUE) -> Services:
-        store = await SqliteStore.open(self.tmp_path / f"postroom-{next(self._names)}.db")
-        services = Services.build(
-            store,
-            folders_dir=self.tmp_path / "folders",
-            trigger=Trigger(),
-            defaults=FolderDefaults(),
-            limits=IngestLimits(),
-            clock=self.clock,
-            queue=queue,
-            signals=Signals(),
-        )
-        self._services.append(services)
-        await seed_spec_table(services)
-        return services
-
-    async def start_pool(
-        self,
-        services: Services,
-        runner: AgentRunner,
-        *,
-        boot_id: str = "b1",
-        context: ContextSettings | None = None,
-        **queue: float,
-    ) -> WorkerPool:
-        pool = WorkerPool(
-            store=services.store,
-            catalog=services.catalog,
-            runner=runner,
-            signals=services.signals,
-            clock=self.clock,
-            queue=replace(services.queue, **queue),  # type: ignore[arg-type]
-            context=context or ContextSettings(),
-            defaults=services.defaults,
-            owner="test",
-            boot_id=boot_id,
-        )
-        self._pools.append(pool)
-        await pool.start()
-        return pool
-
-    async def close(self) -> None:
-        for pool in reversed(self._pools):
-            await pool.stop()
-        for services in self._services:
-            await services.close()
 
 
 @pytest.fixture
@@ -176,70 +51,31 @@ async def rig(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Rig]:
         await rig.close()
 
 
-# -- helpers -----------------------------------------------------------------------------------
-async def job_when(
-    services: Services, job_id: int, check: Callable[[JobRecord], bool], what: str
-) -> JobRecord:
-    async def holds() -> bool:
-        return check(await services.turns.get_job(job_id))
-
-    await eventually(holds, f"job {job_id}: {what}")
-    return await services.turns.get_job(job_id)
-
-
-async def settled(services: Services, job_id: int, status: JobStatus = JobStatus.DONE) -> JobRecord:
-    return await job_when(services, job_id, lambda job: job.status is status, status.value)
-
-
-async def fire(
-    services: Services, chat: str, text: str, *, sender: str = "telegram:user/42"
-) -> int:
-    result = await services.ingest.ingest(inbound(chat, text, sender=sender))
-    assert result.decision.action is Action.FIRE, result.decision
-    assert result.decision.job_id is not None
-    return result.decision.job_id
-
-
-async def rows(services: Services, chat: str) -> list[StoredMessage]:
-    async with services.store.read() as tx:
-        return await tx.list_messages(chat_jid=chat, limit=10_000)
-
-
-async def answers(services: Services, chat: str) -> list[StoredMessage]:
-    return [m for m in await rows(services, chat) if m.message_type is MessageType.ASSISTANT]
-
-
-async def runs(services: Services) -> list[RunRecord]:
-    found: list[RunRecord] = []
-    async with services.store.read() as tx:
-        for run_id in itertools.count(1):
-            run = await tx.get_run(run_id)
-            if run is None:
-                return found
-            found.append(run)
-    raise AssertionError("unreachable")
-
-
 async def last_job(services: Services) -> int:
     (job,) = await services.turns.list_jobs(limit=1)
     return job.id
 
 
-def turn_task_alive(job_id: int) -> bool:
-    return any(t.get_name() == f"turn-{job_id}" and not t.done() for t in asyncio.all_tasks())
+TRACE = MessageType.TRACE
 
 
 def pairs(request: ModelRequest) -> list[tuple[str, str]]:
     return [(m.role, m.content) for m in request.messages]
 
 
+async def looks(services: Services, part: str, count: int, what: str) -> list[float]:
+    """Wait until the store ran *count* statements containing *part* from now on."""
+    with statements(services, part) as seen:
+        await eventually(lambda: len(seen) >= count, what)
+    return seen
+
+
 # -- retries and failure -------------------------------------------------------------------------
 async def test_failed_runs_back_off_then_fail_with_a_host_notice_and_can_be_retried(
     rig: Rig, clock: FakeClock
 ) -> None:
-    services = await rig.open()
-    runner = GatedRunner(failures=[ProviderError(f"upstream 503 ({n})") for n in (1, 2, 3)])
-    await rig.start_pool(services, runner)
+    runner = GatedProvider(failures=[ProviderError(f"upstream 503 ({n})") for n in (1, 2, 3)])
+    services = (await rig.start(runner)).services
     chat = "telegram:group/5"
     job_id = await fire(services, chat, "hello")
 
@@ -247,19 +83,21 @@ async def test_failed_runs_back_off_then_fail_with_a_host_notice_and_can_be_retr
     assert job.status is JobStatus.QUEUED and job.lease_until is None
     assert job.run_at == clock.now + timedelta(seconds=120)  # backoff_base × 2^1
     assert job.last_error == "upstream 503 (1)"
-    await asyncio.sleep(0.2)  # several backstop polls: not due, so not run again
+    # Not due: the dispatcher looks at the queue (woken by the turn's end, then by its backstop
+    # timer) and leaves it there.
+    await looks(services, CLAIM, 2, "two looks at the queue")
     assert len(runner.requests) == 1
     # The chat is told at once how long the answer will take, not left in silence.
     (retrying,) = [m for m in await rows(services, chat) if m.message_type is MessageType.HOST]
     assert retrying.content == "⚠️ trying again in 2 minutes"
     assert retrying.metadata == {"source": "turn_retry", "job_id": job_id}
 
-    clock.advance(seconds=120)
+    advance(services, clock, seconds=120)
     job = await job_when(services, job_id, lambda j: j.attempts == 2, "second failure")
     assert job.status is JobStatus.QUEUED
     assert job.run_at == clock.now + timedelta(seconds=240)  # backoff_base × 2^2
 
-    clock.advance(seconds=240)
+    advance(services, clock, seconds=240)
     job = await settled(services, job_id, JobStatus.FAILED)
     assert (job.attempts, job.last_error) == (3, "upstream 503 (3)")
     assert len(runner.requests) == 3
@@ -285,9 +123,8 @@ async def test_failed_runs_back_off_then_fail_with_a_host_notice_and_can_be_retr
 
 
 async def test_a_non_retryable_error_fails_at_once(rig: Rig) -> None:
-    services = await rig.open()
-    runner = GatedRunner(failures=[ProviderError("invalid API key", retryable=False)])
-    await rig.start_pool(services, runner)
+    runner = GatedProvider(failures=[ProviderError("invalid API key", retryable=False)])
+    services = (await rig.start(runner)).services
     chat = "telegram:group/5"
     job_id = await fire(services, chat, "hello")
     job = await settled(services, job_id, JobStatus.FAILED)
@@ -301,20 +138,21 @@ async def test_a_non_retryable_error_fails_at_once(rig: Rig) -> None:
 async def test_a_turn_left_running_by_the_previous_boot_is_requeued_at_start(
     rig: Rig, clock: FakeClock
 ) -> None:
-    services = await rig.open()
+    runner = GatedProvider()
+    gateway = await rig.build(runner)
+    services = gateway.services
     job_id = await fire(services, "telegram:group/5", "hello")
     async with services.store.write() as tx:
         claimed = await tx.claim_job(
             now=clock(),
             lease_until=clock() + timedelta(seconds=30),
-            owner="test",
+            owner=owner_id(rig.data_dir),
             boot_id="old",
             token="old-token",
         )
     assert claimed is not None and claimed.id == job_id
 
-    runner = GatedRunner()
-    await rig.start_pool(services, runner, boot_id="new")
+    await gateway.workers.start()
     # Answered with the clock standing still: the restart never waited for the lease.
     job = await settled(services, job_id)
     assert job.attempts == 0 and len(runner.requests) == 1
@@ -325,7 +163,9 @@ async def test_a_turn_left_running_by_the_previous_boot_is_requeued_at_start(
 
 
 async def test_an_expired_lease_is_requeued_by_the_sweeper(rig: Rig, clock: FakeClock) -> None:
-    services = await rig.open()
+    runner = GatedProvider()
+    gateway = await rig.build(runner, queue={"lease": "300ms"})  # swept every 0.1 s
+    services = gateway.services
     job_id = await fire(services, "telegram:group/5", "hello")
     async with services.store.write() as tx:
         await tx.claim_job(
@@ -335,10 +175,9 @@ async def test_an_expired_lease_is_requeued_by_the_sweeper(rig: Rig, clock: Fake
             boot_id="x",
             token="ghost",
         )
-    runner = GatedRunner()
-    await rig.start_pool(services, runner, lease_s=0.3)  # the sweeper looks every 0.1 s
+    await gateway.workers.start()
 
-    await asyncio.sleep(0.4)  # a live lease of another server is left alone
+    await looks(services, SWEEP, 2, "two sweeps")  # a live lease of another server is left alone
     job = await services.turns.get_job(job_id)
     assert (job.status, job.lease_owner) == (JobStatus.RUNNING, "another-server")
     assert runner.requests == []
@@ -350,11 +189,10 @@ async def test_an_expired_lease_is_requeued_by_the_sweeper(rig: Rig, clock: Fake
 
 
 async def test_a_stalled_worker_cannot_commit_a_turn_it_lost(rig: Rig, clock: FakeClock) -> None:
-    services = await rig.open()
-    runner = GatedRunner()
+    runner = GatedProvider()
     runner.holds[0] = asyncio.Event()
     # The lease is short and never renewed within the test: the first run stalls past it.
-    await rig.start_pool(services, runner, lease_s=0.3, lease_renew_s=30)
+    services = (await rig.start(runner, queue={"lease": "300ms", "lease_renew": "30s"})).services
     chat = "telegram:group/5"
     job_id = await fire(services, chat, "hello")
     await eventually(lambda: runner.total == 1, "the first run to start")
@@ -375,71 +213,177 @@ async def test_a_stalled_worker_cannot_commit_a_turn_it_lost(rig: Rig, clock: Fa
     )
 
 
-async def test_an_answered_turn_is_never_run_again(rig: Rig, clock: FakeClock) -> None:
-    services = await rig.open()
-    runner = GatedRunner()
-    first = await rig.start_pool(services, runner)
-    job_id = await fire(services, "telegram:group/5", "hello")
-    await settled(services, job_id)
-    await first.stop()
+async def test_a_turn_of_three_lease_lengths_keeps_its_lease_and_finishes_once(
+    tmp_path: Path,
+) -> None:
+    """PIPELINE §2: a run that lasts many times the lease keeps it by renewal (real time here:
+    the lease is compared with the clock), and its answer is stored and delivered once."""
+    data = await new_data_dir(tmp_path / "data")
+    runner = GatedProvider()
+    runner.holds[0] = asyncio.Event()
+    channel = RecordingChannel()
+    config = Config.model_validate({"queue": {"lease": "1s", "lease_renew": "100ms"}})
+    gateway = await Gateway.build(data, config, providers={"echo": runner}, channels=[channel])
+    services = gateway.services
+    await seed_spec_table(services)
+    chat = "telegram:group/5"
+    async with serving(gateway):
+        job_id = await fire(services, chat, "take your time")
+        await eventually(lambda: runner.total == 1, "the run to start")
+        asyncio.get_running_loop().call_later(3.5, runner.holds[0].set)  # 3.5 leases
+        with statements(services, "UPDATE jobs SET lease_until") as renewals:
+            job = await settled(services, job_id)
+        await eventually(lambda: channel.to(chat), "the answer to be delivered")
+        await eventually(lambda: queue_idle(services), "the outbox to be idle")
+        assert len(renewals) >= 10, renewals
+        (answer,) = await answers(services, chat)
+        assert (job.attempts, job.answer_id) == (0, answer.id)
+        assert len(runner.requests) == 1 and runner.cancelled() == []
+        assert [r.outcome for r in await runs(services)] == ["ok"]
+        async with services.store.read() as tx:
+            (delivery,) = await tx.list_deliveries(message_id=answer.id)
+        assert delivery.status == "sent"
+        assert channel.to(chat) == [("assistant", "take your time")]
 
-    await rig.start_pool(services, runner, boot_id="b2", lease_s=0.3)
+
+async def take_lease(store: SqliteStore, job_id: int, now: datetime) -> None:
+    """Another server takes the job: it finds the lease expired and claims the turn."""
+    async with store.write() as tx:
+        assert await tx.release_expired_leases(now=now) == [job_id]
+        taken = await tx.claim_job(
+            now=now,
+            lease_until=now + timedelta(seconds=30),
+            owner="another-server",
+            boot_id="x",
+            token="ghost",
+        )
+    assert taken is not None and taken.id == job_id
+
+
+async def running_turn(rig: Rig, chat: str) -> tuple[GatedProvider, Services, int]:
+    """A turn whose model call is held, on a server that renews leases every 50 ms."""
+    runner = GatedProvider(open_gate=False)
+    services = (await rig.start(runner, queue={"lease_renew": "50ms"})).services
+    job_id = await fire(services, chat, "hello")
+    await eventually(lambda: runner.total == 1, "the run to start")
+    return runner, services, job_id
+
+
+async def stopped_leaving_nothing(
+    runner: GatedProvider, services: Services, chat: str, job_id: int
+) -> None:
+    """The held call was cancelled, the turn's task ended, and it stored nothing — no answer,
+    not even a run record (the turn is not this worker's any more)."""
+    await eventually(lambda: runner.cancelled() == [0], "the run to stop")
+    await eventually(lambda: not turn_task_alive(job_id), "the turn to end")
+    runner.gate.set()
+    assert await answers(services, chat) == []
+    assert await runs(services) == []
+
+
+async def test_a_worker_whose_lease_was_taken_stops_at_once_and_commits_nothing(
+    rig: Rig, clock: FakeClock
+) -> None:
+    chat = "telegram:group/5"
+    runner, services, job_id = await running_turn(rig, chat)
+    # Another process (no signal reaches this one) takes the turn over.
+    other = await SqliteStore.open(rig.data_dir / DATABASE_FILE)
+    try:
+        await take_lease(other, job_id, clock() + timedelta(seconds=31))
+        await stopped_leaving_nothing(runner, services, chat, job_id)
+        job = await services.turns.get_job(job_id)
+        assert (job.status, job.lease_owner, job.attempts) == (
+            JobStatus.RUNNING,
+            "another-server",
+            0,
+        )
+        # That server gives the turn back (it stopped): this one answers it, once.
+        async with other.write() as tx:
+            assert await tx.release_lease(job_id, "ghost")
+    finally:
+        await other.close()
+    services.signals.turns.wake()
+    job = await settled(services, job_id)
+    (answer,) = await answers(services, chat)
+    assert (answer.content, job.answer_id, job.attempts) == ("hello", answer.id, 0)
+    assert len(runner.requests) == 2
+
+
+async def test_a_turn_cancelled_by_another_process_stops_and_commits_nothing(
+    rig: Rig, clock: FakeClock
+) -> None:
+    """``postroom jobs cancel`` runs in another process: the worker learns it when it renews."""
+    chat = "telegram:group/5"
+    runner, services, job_id = await running_turn(rig, chat)
+    other = await SqliteStore.open(rig.data_dir / DATABASE_FILE)
+    try:
+        async with other.write() as tx:
+            assert await tx.cancel_job(job_id, now=clock()) is not None
+    finally:
+        await other.close()
+    await stopped_leaving_nothing(runner, services, chat, job_id)
+    assert (await services.turns.get_job(job_id)).status is JobStatus.CANCELLED
+
+
+async def test_an_answered_turn_is_never_run_again(rig: Rig, clock: FakeClock) -> None:
+    runner = GatedProvider()
+    first = await rig.start(runner)
+    job_id = await fire(first.services, "telegram:group/5", "hello")
+    await settled(first.services, job_id)
+    await rig.stop(first)
+
+    services = (await rig.start(runner, queue={"lease": "300ms"})).services  # a restart
     clock.advance(hours=2)
-    await asyncio.sleep(0.3)  # start-up recovery, sweeps and backstop polls happen
+    # Start-up recovery has run; then sweeps and looks at the queue happen.
+    await looks(services, SWEEP, 2, "two sweeps")
+    await looks(services, CLAIM, 1, "a look at the queue")
     async with services.store.write() as tx:
         assert await tx.release_expired_leases(now=clock()) == []
-        assert await tx.release_previous_boot(owner="test", boot_id="b3") == []
+        assert await tx.release_previous_boot(owner=owner_id(rig.data_dir), boot_id="b3") == []
     assert len(runner.requests) == 1
     assert (await services.turns.get_job(job_id)).status is JobStatus.DONE
     assert len(await answers(services, "telegram:group/5")) == 1
 
 
 # -- claiming ----------------------------------------------------------------------------------
-def count_claims(services: Services) -> list[str]:
-    """Every claim statement the store's write connection runs from now on."""
-    claims: list[str] = []
-
-    def trace(sql: str) -> None:
-        if sql.startswith("UPDATE jobs SET status = 'running'"):
-            claims.append(sql)
-
-    services.store._writer.set_trace_callback(trace)  # type: ignore[attr-defined]
-    return claims
-
-
 async def test_a_turn_queued_behind_a_running_one_is_not_polled_for(rig: Rig) -> None:
     """The conversation's next turn is due but blocked until the running one ends: the
-    dispatcher sleeps until that end wakes it, rather than claiming again and again."""
-    services = await rig.open()
-    runner = GatedRunner()
+    dispatcher sleeps until that end wakes it (or its one-second backstop timer fires), rather
+    than claiming again and again."""
+    runner = GatedProvider()
     runner.holds[0] = asyncio.Event()
-    await rig.start_pool(services, runner, backstop_s=10)
+    services = (await rig.start(runner)).services
     chat = "telegram:group/5"
     first = await fire(services, chat, "first")
     await eventually(lambda: runner.total == 1, "the first run to start")
-    claims = count_claims(services)
-    second = await fire(services, chat, "second")
-    assert second != first
-    await asyncio.sleep(0.3)
-    # The enqueue's wake-up: one claim, which finds the conversation busy.
-    assert len(claims) <= 2, len(claims)
+    with statements(services, CLAIM) as claims:
+        second = await fire(services, chat, "second")
+        assert second != first
+        # The enqueue's wake-up: one claim, which finds the conversation busy; the next look
+        # is the backstop's, a second later.
+        await eventually(lambda: len(claims) >= 2, "the backstop's look at the queue")
+        assert claims[1] - claims[0] >= 0.5, claims
     runner.holds[0].set()
     await settled(services, second)
     assert [a.content for a in await answers(services, chat)] == ["first", "second"]
 
 
 async def test_turns_fill_the_free_slots_and_no_more(rig: Rig) -> None:
-    services = await rig.open()
-    runner = GatedRunner(open_gate=False)
-    pool = await rig.start_pool(services, runner, max_concurrent_turns=3, backstop_s=10)
+    runner = GatedProvider(open_gate=False)
+    gateway = await rig.start(runner, queue={"max_concurrent_turns": 3})
+    services, pool = gateway.services, gateway.workers
     jobs = [await fire(services, f"telegram:group/{n}", "hi") for n in range(4)]
     await eventually(lambda: runner.total == 3, "three turns to start")
-    await asyncio.sleep(0.05)
-    assert runner.total == 3 and pool.running_jobs == jobs[:3]
+    assert pool.running_jobs == jobs[:3]
     runner.gate.set()
     for job_id in jobs:
         await settled(services, job_id)
-    assert pool.running_jobs == []
+    await eventually(lambda: pool.running_jobs == [], "every turn task to end")
+    # Never a fourth at once: the last turn started only after one of the first three ended.
+    assert runner.max_total == 3
+    assert runner.events.index(("start", 3)) > min(
+        runner.events.index(("done", n)) for n in range(3)
+    )
 
 
 async def test_claiming_goes_on_after_a_claim_fails(
@@ -448,9 +392,7 @@ async def test_claiming_goes_on_after_a_claim_fails(
     """Another process holding the write lock past the busy timeout fails a claim; the
     dispatcher logs it and claims again later instead of ending for good."""
     monkeypatch.setattr(sqlite_base, "BUSY_TIMEOUT_MS", 100)
-    services = await rig.open()
-    runner = GatedRunner()
-    await rig.start_pool(services, runner, backstop_s=0.05)
+    services = (await rig.start(GatedProvider())).services
     other = sqlite3.connect(services.store.path, isolation_level=None)  # type: ignore[attr-defined]
     try:
         with capture_logs() as logs:
@@ -469,13 +411,14 @@ async def test_claiming_goes_on_after_a_claim_fails(
 
 # -- graceful shutdown -------------------------------------------------------------------------
 async def test_shutdown_releases_the_lease_of_an_unfinished_turn(rig: Rig) -> None:
-    services = await rig.open()
-    runner = GatedRunner(open_gate=False)
-    pool = await rig.start_pool(services, runner, shutdown_grace_s=0.1)
-    job_id = await fire(services, "telegram:group/5", "hello")
+    runner = GatedProvider(open_gate=False)
+    gateway = await rig.start(runner, queue={"shutdown_grace": "100ms"})
+    job_id = await fire(gateway.services, "telegram:group/5", "hello")
     await eventually(lambda: runner.total == 1, "the turn to start")
 
-    await pool.stop()
+    await rig.stop(gateway)
+    restarted = await rig.build(GatedProvider())
+    services = restarted.services
     job = await services.turns.get_job(job_id)
     assert (job.status, job.attempts, job.lease_until, job.lease_token) == (
         JobStatus.QUEUED,
@@ -486,7 +429,7 @@ async def test_shutdown_releases_the_lease_of_an_unfinished_turn(rig: Rig) -> No
     assert runner.cancelled() == [0]
     assert await answers(services, "telegram:group/5") == []
 
-    await rig.start_pool(services, GatedRunner(), boot_id="b2")
+    await restarted.workers.start()
     job = await settled(services, job_id)
     assert job.attempts == 0
     assert [a.content for a in await answers(services, "telegram:group/5")] == ["hello"]
@@ -495,20 +438,20 @@ async def test_shutdown_releases_the_lease_of_an_unfinished_turn(rig: Rig) -> No
 async def test_shutdown_lets_a_turn_finish_within_the_grace_and_stops_claiming(
     rig: Rig,
 ) -> None:
-    services = await rig.open()
-    runner = GatedRunner(open_gate=False)
-    pool = await rig.start_pool(services, runner, shutdown_grace_s=10)
+    runner = GatedProvider(open_gate=False)
+    gateway = await rig.start(runner, queue={"shutdown_grace": "10s"})
+    services = gateway.services
     running = await fire(services, "telegram:group/1", "a")
     await eventually(lambda: runner.total == 1, "the turn to start")
 
-    stopping = asyncio.create_task(pool.stop(), name="pool-stop")
+    stopping = asyncio.create_task(gateway.workers.stop(), name="pool-stop")
     await asyncio.sleep(0)  # stop() has begun: no more claims
     waiting = await fire(services, "telegram:group/2", "b")
-    await asyncio.sleep(0.15)  # several backstop polls
-    assert len(runner.requests) == 1
     runner.gate.set()
     await asyncio.wait_for(stopping, timeout=10)
 
+    # Stopped: the turn that was running finished; the one queued during the grace never ran.
+    assert len(runner.requests) == 1
     assert (await services.turns.get_job(running)).status is JobStatus.DONE
     assert (await services.turns.get_job(waiting)).status is JobStatus.QUEUED
     assert [a.content for a in await answers(services, "telegram:group/1")] == ["a"]
@@ -518,12 +461,13 @@ async def test_shutdown_lets_a_turn_finish_within_the_grace_and_stops_claiming(
 async def test_context_leaves_out_host_trace_and_commands_and_ends_with_the_notices(
     rig: Rig, clock: FakeClock
 ) -> None:
-    services = await rig.open()
+    runner = GatedProvider()
+    gateway = await rig.build(runner)
+    services = gateway.services
     persona = "You are Scribe, a careful note taker."
     await services.folders.add_folder("scribe", FolderSpec(persona=persona), actor="test")
     await services.routes.add_route(-20, "chat_jid=telegram:group/50", "scribe", actor="test")
-    runner = GatedRunner()
-    await rig.start_pool(services, runner)
+    await gateway.workers.start()
     chat = "telegram:group/50"
 
     first = await settled(services, await fire(services, chat, "first"))
@@ -575,15 +519,14 @@ async def test_context_leaves_out_host_trace_and_commands_and_ends_with_the_noti
 
 
 async def test_context_uses_the_routed_content_after_an_inline_prefix(rig: Rig) -> None:
-    services = await rig.open()
-    runner = GatedRunner()
-    await rig.start_pool(services, runner)
+    runner = GatedProvider()
+    services = (await rig.start(runner)).services
     chat = "telegram:group/5"
     job_id = await fire(services, chat, "@content draft post")
     job = await settled(services, job_id)
     assert job.folder == "atlas/content"
     assert pairs(runner.requests[0]) == [("user", "draft post")]
-    user_row, answer = await rows(services, chat)
+    user_row, answer = [m for m in await rows(services, chat) if m.message_type is not TRACE]
     assert user_row.content == "@content draft post"  # the history keeps the original
     assert (answer.content, answer.routed_to) == ("draft post", "atlas/content")
 
@@ -591,9 +534,8 @@ async def test_context_uses_the_routed_content_after_an_inline_prefix(rig: Rig) 
 async def test_observed_rows_join_the_next_turn_as_one_block_within_the_window(
     rig: Rig,
 ) -> None:
-    services = await rig.open()
-    runner = GatedRunner()
-    await rig.start_pool(services, runner, context=ContextSettings(observe_window_messages=3))
+    runner = GatedProvider()
+    services = (await rig.start(runner, observe={"window_messages": 3})).services
     chat = "discord:guild/77/channel/3"  # ROUTING §7: row 6 (mentions fire main), row 7 (observe)
 
     async def say(name: str, text: str, action: Action) -> str:
@@ -631,9 +573,8 @@ async def test_observed_rows_join_the_next_turn_as_one_block_within_the_window(
 
 
 async def test_new_starts_a_fresh_generation(rig: Rig) -> None:
-    services = await rig.open()
-    runner = GatedRunner()
-    await rig.start_pool(services, runner)
+    runner = GatedProvider()
+    services = (await rig.start(runner)).services
     chat = "telegram:group/5"
     first = await settled(services, await fire(services, chat, "first"))
     result = await services.ingest.ingest(inbound(chat, "/new"))
@@ -644,23 +585,22 @@ async def test_new_starts_a_fresh_generation(rig: Rig) -> None:
 
 
 async def test_context_keeps_the_newest_max_messages(rig: Rig) -> None:
-    services = await rig.open()
-    runner = GatedRunner()
-    await rig.start_pool(services, runner, context=ContextSettings(max_messages=3))
+    runner = GatedProvider()
+    services = (await rig.start(runner, context={"max_messages": 3})).services
     for text in ("a", "b", "c", "d"):
         await settled(services, await fire(services, "telegram:group/5", text))
     assert pairs(runner.requests[-1]) == [("user", "c"), ("assistant", "c"), ("user", "d")]
 
 
 async def test_echo_answers_exactly_the_new_input(rig: Rig) -> None:
-    services = await rig.open()
-    echo = ProviderRunner({"echo": EchoProvider()})
     chat = "telegram:group/5"
-    pool = await rig.start_pool(services, echo)
-    await settled(services, await fire(services, chat, "one"))
-    await pool.stop()
+    first = await rig.start(EchoProvider())
+    await settled(first.services, await fire(first.services, chat, "one"))
+    await rig.stop(first)
+    restarted = await rig.build(EchoProvider())
+    services = restarted.services
     joined = {await fire(services, chat, "two"), await fire(services, chat, "three")}
-    await rig.start_pool(services, echo, boot_id="b2")
+    await restarted.workers.start()
     (job_id,) = joined
     await settled(services, job_id)
     await settled(services, await fire(services, chat, "four"))
@@ -669,9 +609,8 @@ async def test_echo_answers_exactly_the_new_input(rig: Rig) -> None:
 
 # -- the run record ----------------------------------------------------------------------------
 async def test_run_record_holds_the_exact_request_output_outcome_and_duration(rig: Rig) -> None:
-    services = await rig.open()
-    runner = GatedRunner()
-    await rig.start_pool(services, runner)
+    runner = GatedProvider()
+    services = (await rig.start(runner)).services
     chat = "telegram:group/5"
     job = await settled(services, await fire(services, chat, "hello"))
     (answer,) = await answers(services, chat)
@@ -700,9 +639,8 @@ async def test_run_record_holds_the_exact_request_output_outcome_and_duration(ri
 
 
 async def test_failed_and_cancelled_runs_are_recorded_with_their_duration(rig: Rig) -> None:
-    services = await rig.open()
-    runner = GatedRunner(failures=[ProviderError("boom", retryable=False)])
-    await rig.start_pool(services, runner)
+    runner = GatedProvider(failures=[ProviderError("boom", retryable=False)])
+    services = (await rig.start(runner)).services
     failed = await settled(
         services, await fire(services, "telegram:group/1", "x"), JobStatus.FAILED
     )
@@ -725,7 +663,8 @@ async def test_failed_and_cancelled_runs_are_recorded_with_their_duration(rig: R
 
 
 async def test_typing_stops_whatever_the_outcome(rig: Rig) -> None:
-    services = await rig.open()
+    runner = GatedProvider(failures=[ProviderError("boom", retryable=False)])
+    services = (await rig.start(runner, queue={"max_concurrent_turns": 1})).services
     seen: list[Event] = []
 
     def record(event: Event) -> bool:
@@ -733,8 +672,6 @@ async def test_typing_stops_whatever_the_outcome(rig: Rig) -> None:
         return False
 
     services.signals.bus.subscribe(accept=record)
-    runner = GatedRunner(failures=[ProviderError("boom", retryable=False)])
-    await rig.start_pool(services, runner, max_concurrent_turns=1)
     failed = await fire(services, "telegram:group/1", "x")
     await settled(services, failed, JobStatus.FAILED)
     answered = await fire(services, "telegram:group/2", "y")
@@ -750,3 +687,9 @@ async def test_typing_stops_whatever_the_outcome(rig: Rig) -> None:
             e.data["active"] for e in seen if e.kind == "typing" and e.data["chat_jid"] == chat
         ]
         assert states[0] is True and states[-1] is False, (chat, states)
+
+
+def advance(services: Services, clock: FakeClock, **delta: float) -> None:
+    """Move the clock and tell the workers (as their backstop timer would, a second later)."""
+    clock.advance(**delta)
+    services.signals.turns.wake()

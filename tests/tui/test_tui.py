@@ -48,6 +48,8 @@ from postroom.tui import Connection, LinkState, PostroomTUI, socket_url
 from postroom.tui.app import FolderPicker, MessageItem
 from postroom.tui.render import render_message
 
+from gateway_support import serving as gateway_serving
+
 WAIT_S = 15.0
 FAST_BACKOFF = (0.1, 0.2)
 VENDOR_VARIABLES = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "OLLAMA_HOST")
@@ -145,29 +147,13 @@ async def serving(data_dir: Path, *, port: int = 0) -> AsyncIterator[Server]:
     with logging_kept():
         configure_logging(level="warning", stream=sys.stderr)
         gateway = await Gateway.build(data_dir, load_config(data_dir, {}))
-        ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-
-        def on_ready(_host: str, bound: int) -> None:
-            ready.set_result(bound)
-
-        task = asyncio.create_task(
-            gateway.run(host="127.0.0.1", port=port, on_ready=on_ready), name="test-gateway"
-        )
-        started: set[asyncio.Future[Any]] = {ready, task}
-        done, _ = await asyncio.wait(started, timeout=WAIT_S, return_when="FIRST_COMPLETED")
-        if task in done:
-            task.result()  # the start-up error, if any
-        assert ready in done, "the gateway did not start"
-        bound = ready.result()
-        base = f"http://127.0.0.1:{bound}"
-        try:
-            async with httpx.AsyncClient(
+        async with (
+            gateway_serving(gateway, port=port) as base,
+            httpx.AsyncClient(
                 base_url=base, headers={"Authorization": f"Bearer {token}"}, trust_env=False
-            ) as http:
-                yield Server(gateway, base, bound, token, http)
-        finally:
-            gateway.request_stop()
-            await asyncio.wait_for(task, WAIT_S)
+            ) as http,
+        ):
+            yield Server(gateway, base, int(base.rpartition(":")[2]), token, http)
 
 
 @pytest.fixture
@@ -315,11 +301,16 @@ async def test_socket_never_sends_a_history_message_again_live(server: Server) -
     # socket below has read the history.
     async with server.gateway.services.store.write() as tx:
         await store_message_direct(tx, quiet)
+    published = server.gateway.services.signals.bus.subscribe(kinds=frozenset({"message"}))
     async with connect(server.ws_url(), proxy=None) as socket:
         assert (await frame(socket))["type"] == "hello"
         history = await frame(socket)
         assert [m["id"] for m in history["messages"]] == [quiet.id]
-        await asyncio.sleep(1.5)  # past the feed's backstop: the quiet row is published now
+        # The feed's backstop tick publishes the quiet row, after the socket read its history.
+        async with asyncio.timeout(WAIT_S):
+            event = await anext(aiter(published))
+        published.close()
+        assert event.data["id"] == quiet.id
         await server.post("published after it")
         # The feed publishes in seq order, so everything before this frame was the quiet row.
         seen = []

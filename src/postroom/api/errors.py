@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi.exceptions import RequestValidationError
@@ -9,7 +10,13 @@ from fastapi.responses import JSONResponse
 
 from postroom.core.errors import Conflict, InvalidInput, NotFound, PostroomError, TooLarge
 
-__all__ = ["describe_validation", "error_body", "error_response", "error_status"]
+__all__ = [
+    "describe_errors",
+    "describe_validation",
+    "error_body",
+    "error_response",
+    "error_status",
+]
 
 
 def error_body(message: str) -> dict[str, Any]:
@@ -36,7 +43,11 @@ def error_status(exc: PostroomError) -> int:
 
 
 def describe_validation(exc: RequestValidationError) -> str:
-    errors = exc.errors()
+    return describe_errors(exc.errors())
+
+
+def describe_errors(errors: Sequence[Any]) -> str:
+    """One sentence for the first of pydantic's validation errors (FastAPI's or a model's)."""
     if not errors:
         return "The request is malformed."
     first = errors[0]

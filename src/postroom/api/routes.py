@@ -78,13 +78,7 @@ def build_router(ctx: ApiContext) -> APIRouter:
     services = ctx.services
     api = APIRouter(prefix="/api/v1")
 
-    # -- messages ------------------------------------------------------------------------------
-    @api.post("/messages", summary="Inbound message from any adapter")
-    async def post_message(body: MessageIn) -> dict[str, Any]:
-        # Well-formed requests are answered by api.ingest_lane before they get here; this
-        # route answers the rest (with FastAPI's validation) and documents the endpoint.
-        return await ingest_body(services, body)
-
+    # -- messages (POST /messages is api.ingest_lane's) --------------------------------------
     @api.get("/messages", summary="Stored messages in seq order")
     async def get_messages(
         chat_jid: str | None = None,

@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import ipaddress
 import os
-import secrets
 import signal
 import socket
-import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,40 +23,31 @@ import structlog
 import uvicorn
 from fastapi import FastAPI
 
-from postroom.api.app import create_api
-from postroom.api.routes import ApiContext
 from postroom.app.channels import ChannelHost, build_channels
-from postroom.app.detect import ECHO_HINT
 from postroom.app.metrics import PrometheusMetrics
 from postroom.app.providers import build_providers, close_providers
-from postroom.channels.base import ChannelContext
-from postroom.channels.http import EventStreamSink, WebhookSession, WebhookSink
-from postroom.config import CONFIG_FILE, DATABASE_FILE, Config
+from postroom.app.wiring import (
+    build_http,
+    build_services,
+    build_sinks,
+    build_workers,
+    delivery_loop,
+    open_store,
+    transcriber,
+)
+from postroom.channels.base import BaseChannel, ChannelContext
+from postroom.channels.http import WebhookSession
+from postroom.config import CONFIG_FILE, Config
 from postroom.core.errors import ConfigError, PostroomError
-from postroom.core.folders import FolderSettings
-from postroom.engine.answer import AnswerWriter
-from postroom.engine.compaction import CompactionSettings, Compactor
-from postroom.engine.context_builder import ContextBuilder
-from postroom.engine.delivery import DeliveryLoop, DeliverySettings, SinkRouter
-from postroom.engine.enrich import Enricher
+from postroom.engine.clock import Clock, system_clock
+from postroom.engine.delivery import DeliveryLoop
 from postroom.engine.feed import MessageFeed
-from postroom.engine.ingest import IngestLimits
-from postroom.engine.memory import MemoryService
-from postroom.engine.persona import PersonaSource
-from postroom.engine.runner import ProviderRunner
 from postroom.engine.services import Services
 from postroom.engine.signals import Signals
 from postroom.engine.tasks import Scheduler, TaskService
-from postroom.engine.tools import ToolFactory
-from postroom.engine.turns import QueueSettings
-from postroom.engine.worker import ContextSettings, WorkerPool
-from postroom.llm.accounts import AccountPool
-from postroom.llm.base import ModelRequest, ModelResponse, Provider
-from postroom.llm.models import ModelInfo, ModelTable
-from postroom.llm.tokenizer import TokenCounter
-from postroom.store.sqlite import SqliteStore
-from postroom.web.chat import WebChat
-from postroom.web.tui_socket import TuiSocket
+from postroom.engine.worker import WorkerPool
+from postroom.llm.base import Provider
+from postroom.store.protocol import Store
 
 __all__ = ["Gateway", "check_bind", "serve"]
 
@@ -67,8 +55,6 @@ if TYPE_CHECKING:
     from postroom.llm.transcriber import HttpTranscriber
 
 log = structlog.get_logger(__name__)
-
-SECRET_FILE = "web-secret"
 
 
 def check_bind(host: str, token: str) -> None:
@@ -84,38 +70,6 @@ def check_bind(host: str, token: str) -> None:
             f"Refusing to listen on {host} without an API token: set [api] token in "
             f"{CONFIG_FILE} (postroom init writes one) or bind to 127.0.0.1."
         )
-
-
-def _transcriber(config: Config) -> HttpTranscriber | None:
-    """The voice-note transcriber, when one is configured; httpx is imported only then (it
-    and its dependencies are a tenth of a second of start-up)."""
-    section = config.transcriber
-    if not section.base_url or not section.model:
-        return None
-    import httpx
-
-    from postroom.llm.transcriber import HttpTranscriber
-
-    return HttpTranscriber(
-        base_url=section.base_url,
-        model=section.model,
-        api_key=section.api_key,
-        client=httpx.AsyncClient(timeout=httpx.Timeout(10.0)),
-    )
-
-
-def _web_secret(data_dir: Path) -> bytes:
-    path = data_dir / SECRET_FILE
-    if not path.exists():
-        path.write_text(secrets.token_hex(32), "utf-8")
-        path.chmod(0o600)
-    return path.read_text("utf-8").strip().encode()
-
-
-def _owner_id(data_dir: Path) -> str:
-    """Stable per host and data directory: tells this server's turns from another's."""
-    raw = f"{socket.gethostname()}:{data_dir.resolve()}".encode()
-    return hashlib.sha256(raw).hexdigest()[:16]
 
 
 class _Server(uvicorn.Server):
@@ -155,208 +109,81 @@ class Gateway:
     providers: Mapping[str, Provider] = field(default_factory=dict)
 
     @classmethod
-    async def build(cls, data_dir: Path, config: Config) -> Gateway:
-        database = data_dir / DATABASE_FILE
-        if not database.exists():
-            raise PostroomError(
-                f"No postroom data directory at {data_dir} (no {DATABASE_FILE}); run "
-                "`postroom init` first, or pass --data DIR."
+    async def build(
+        cls,
+        data_dir: Path,
+        config: Config,
+        *,
+        clock: Clock = system_clock,
+        providers: Mapping[str, Provider] | None = None,
+        channels: Sequence[BaseChannel] | None = None,
+        store: Store | None = None,
+    ) -> Gateway:
+        """Build every component of ``postroom serve`` over *data_dir* from *config*.
+
+        The keyword arguments are the seams tests fill with fakes: *clock* for "now"
+        everywhere; *providers* (by name) instead of those ``[providers]`` configures;
+        *channels* instead of the adapters ``[channels]`` enables; *store* instead of the
+        directory's database (an open store, closed with the gateway).
+        """
+        store = store if store is not None else await open_store(data_dir)
+        try:
+            return await cls._assemble(
+                store, data_dir, config, clock=clock, providers=providers, channels=channels
             )
-        store = await SqliteStore.open(database)
-        queue = QueueSettings(
-            max_attempts=config.queue.max_attempts,
-            backoff_base_s=config.queue.backoff_base_s,
-            max_concurrent_turns=config.queue.max_concurrent_turns,
-            lease_s=config.queue.lease_s,
-            lease_renew_s=config.queue.lease_renew_s,
-            shutdown_grace_s=config.queue.shutdown_grace_s,
-        )
+        except BaseException:
+            await store.close()
+            raise
+
+    @classmethod
+    async def _assemble(
+        cls,
+        store: Store,
+        data_dir: Path,
+        config: Config,
+        *,
+        clock: Clock,
+        providers: Mapping[str, Provider] | None,
+        channels: Sequence[BaseChannel] | None,
+    ) -> Gateway:
+        # What may refuse the configuration comes first, before anything holds a connection.
+        adapters = list(channels) if channels is not None else build_channels(config)
+        models = dict(providers) if providers is not None else build_providers(config, clock=clock)
         signals = Signals()
         metrics = PrometheusMetrics(store)
-        services = Services.build(
-            store,
-            folders_dir=data_dir / "folders",
-            trigger=config.trigger(),
-            defaults=config.folder_defaults(),
-            limits=IngestLimits(
-                content_bytes=config.limits.content_bytes,
-                missing_notice_s=config.routing.missing_folder_notice_s,
-            ),
-            queue=queue,
-            owners=frozenset(config.owners.senders),
-            signals=signals,
-            metrics=metrics,
-            tick_s=config.scheduler.tick_s,
+        services = build_services(
+            store, data_dir, config, clock=clock, signals=signals, metrics=metrics
         )
         async with store.read() as tx:
             await services.catalog.reload(tx)
-        transcriber = _transcriber(config)
-        webhooks: WebhookSession | None = None
-        sinks = SinkRouter(fallback=EventStreamSink())
-        channels = ChannelHost(build_channels(config), signals=signals, sinks=sinks)
-        for platform, section in config.channels.get("http", {}).items():
-            if not isinstance(section, dict) or not section.get("outbound_url"):
-                continue
-            webhooks = webhooks or WebhookSession()
-            sinks.register(
-                platform,
-                WebhookSink(
-                    url=str(section["outbound_url"]),
-                    secret=str(section["secret"]) if section.get("secret") else None,
-                    client=webhooks,
-                ),
-            )
-        tasks = services.tasks
-        providers = build_providers(config, clock=services.clock)
-        models = ModelTable(
-            {
-                name: ModelInfo(m.context_window, m.input_per_mtok, m.output_per_mtok)
-                for name, m in config.models.items()
-            }
-        )
-        runner = ProviderRunner(
-            providers, max_model_calls=config.llm.max_model_calls, models=models
-        )
-        memory = MemoryService(store=store)
-
-        async def complete(request: ModelRequest, settings: FolderSettings) -> ModelResponse:
-            return await runner.provider_for(settings).complete(request)
-
-        compactor = Compactor(
-            store=store,
-            complete=complete,
-            memory=memory,
-            tokens=TokenCounter(),
-            models=models,
-            clock=services.clock,
-            settings=CompactionSettings(
-                threshold=config.compaction.threshold, keep_last=config.compaction.keep_last
-            ),
-        )
-        workers = WorkerPool(
-            store=store,
-            catalog=services.catalog,
-            runner=runner,
-            signals=signals,
-            clock=services.clock,
-            queue=queue,
-            context=ContextBuilder(
-                store=store,
-                catalog=services.catalog,
-                clock=services.clock,
-                settings=ContextSettings(
-                    max_messages=config.context.max_messages,
-                    observe_window_messages=config.observe.window_messages,
-                    observe_window_chars=config.observe.window_chars,
-                ),
-                personas=PersonaSource(data_dir / "folders"),
-                memory=memory,
-                compactor=compactor,
-                enricher=Enricher(store=store, transcribe=transcriber),
-            ),
-            defaults=services.defaults,
-            owner=_owner_id(data_dir),
-            boot_id=uuid.uuid4().hex,
-            assistant_name=config.assistant.name,
-            metrics=metrics,
-            answers=AnswerWriter(
-                clock=services.clock,
-                memory=memory,
-                folders=services.folders,
-                tasks=services.tasks,
-                assistant_name=config.assistant.name,
-                max_depth=config.delegation.max_depth,
-                max_attempts=config.queue.max_attempts,
-            ),
-            tools=ToolFactory(
-                memory=memory,
-                routes=services.routes,
-                folders=services.folders,
-                max_depth=config.delegation.max_depth,
-            ),
-        )
-        delivery = DeliveryLoop(
-            store=store,
-            sinks=sinks,
-            catalog=services.catalog,
-            defaults=services.defaults,
-            signals=signals,
-            clock=services.clock,
-            settings=DeliverySettings(
-                backoff_base_s=config.delivery.backoff_base_s, ttl_s=config.delivery.ttl_s
-            ),
-            metrics=metrics,
-        )
-        scheduler = Scheduler(
-            store=store,
-            catalog=services.catalog,
-            signals=signals,
-            clock=services.clock,
-            queue=queue,
-            tick_s=config.scheduler.tick_s,
-        )
-        feed = MessageFeed(store=store, signals=signals)
-
-        def provider_status() -> list[dict[str, Any]]:
-            out: list[dict[str, Any]] = []
-            for name, provider in sorted(providers.items()):
-                pool = provider if isinstance(provider, AccountPool) else None
-                out.append(
-                    {
-                        "name": name,
-                        "accounts": [
-                            {
-                                "label": s.label,
-                                "limited_until": s.limited_until.isoformat()
-                                if s.limited_until
-                                else None,
-                                "strikes": s.strikes,
-                            }
-                            for s in (pool.status() if pool else [])
-                        ],
-                    }
-                )
-            return out
-
-        http = create_api(
-            ApiContext(
-                services=services,
-                tasks=tasks,
-                render_metrics=metrics.render,
-                provider_status=provider_status,
-                channel_status=channels.status,
-            ),
-            token=config.api.token,
-            body_limit=config.limits.body_bytes,
-        )
-        web = WebChat(
-            services=services,
-            token=config.api.token,
-            secret=_web_secret(data_dir),
-            assistant_name=config.assistant.name,
-            setup_hint=ECHO_HINT if config.defaults.provider == "echo" else None,
-        )
-        http.router.routes.extend(web.routes())
-        http.router.routes.append(
-            TuiSocket(
-                services=services, token=config.api.token, assistant_name=config.assistant.name
-            ).route()
-        )
-        http.router.routes.extend(channels.routes())
+        sinks, webhooks = build_sinks(config)
+        host = ChannelHost(adapters, signals=signals, sinks=sinks)
+        voice = transcriber(config)
         return cls(
             config=config,
             services=services,
-            tasks=tasks,
-            workers=workers,
-            delivery=delivery,
-            scheduler=scheduler,
-            feed=feed,
-            http=http,
-            transcriber=transcriber,
+            tasks=services.tasks,
+            workers=build_workers(
+                services, data_dir, config, providers=models, transcribe=voice, metrics=metrics
+            ),
+            delivery=delivery_loop(services, config, sinks=sinks, metrics=metrics),
+            scheduler=Scheduler(
+                store=store,
+                catalog=services.catalog,
+                signals=signals,
+                clock=clock,
+                queue=services.queue,
+                tick_s=config.scheduler.tick_s,
+            ),
+            feed=MessageFeed(store=store, signals=signals),
+            http=build_http(
+                services, data_dir, config, providers=models, channels=host, metrics=metrics
+            ),
+            transcriber=voice,
             webhooks=webhooks,
             metrics=metrics,
-            channels=channels,
-            providers=providers,
+            channels=host,
+            providers=models,
         )
 
     _stop: asyncio.Event | None = None

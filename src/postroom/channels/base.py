@@ -91,8 +91,6 @@ class ChannelContext:
     inbound: Inbound
     clock: Callable[[], datetime]
     assistant_name: str = "Postroom"
-    #: Transcribes a voice note (bytes, mime) to text; ``None`` when no transcriber is configured.
-    transcribe: Callable[[bytes, str], Awaitable[str]] | None = None
     image_bytes: int = 5 * 1024 * 1024
     extras: Mapping[str, Any] = field(default_factory=dict)
 

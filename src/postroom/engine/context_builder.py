@@ -11,9 +11,10 @@ point of view.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from postroom.core.context import (
+    ContextMessage,
     arrange_history,
     bridge_summary,
     format_messages_for_sdk,
@@ -56,6 +57,8 @@ class PreparedTurn:
     request: ModelRequest
     #: The chat the answer is stored in (the conversation's; ``task:<id>`` for a task).
     answer_chat: str
+    #: Who wrote the user messages of the history (messages added mid-run are labelled alike).
+    senders: frozenset[str] = frozenset()
 
 
 class ContextBuilder:
@@ -127,7 +130,22 @@ class ContextBuilder:
             ),
             model=settings.model,
         )
-        return PreparedTurn(request, answer_chat)
+        senders = frozenset(m.sender for m in history if m.message_type is MessageType.USER)
+        return PreparedTurn(request, answer_chat, senders)
+
+    async def steered(
+        self, job: JobRecord, refs: Sequence[tuple[str, str]], senders: frozenset[str]
+    ) -> list[ContextMessage]:
+        """Messages that joined a running turn (``busy_policy = "steer"``), rendered as its
+        history renders them: voice notes transcribed first, senders named when the
+        conversation has several."""
+        if self._enricher is not None:
+            await self._enricher.enrich(replace(job, messages=tuple(refs)))
+        async with self._store.read() as tx:
+            rows = [await tx.get_message(message_id, chat) for message_id, chat in refs]
+        found = [row for row in rows if row is not None]
+        everyone = senders | {m.sender for m in found if m.message_type is MessageType.USER}
+        return format_messages_for_sdk(found, multi_party=len(everyone) > 1)
 
     async def _read(self, job: JobRecord) -> _Read:
         """Everything the request is made of, in one read transaction."""

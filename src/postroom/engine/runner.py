@@ -4,13 +4,15 @@ An :class:`AgentRunner` takes the built request, the folder's settings and the t
 and returns the final answer with everything that happened on the way. The default runner
 picks the folder's provider and runs the loop: call the model; if it asks for tools, run them,
 record each call and result as a trace, and call again — at most ``max_model_calls`` times, the
-last call without tools so the model has to answer.
+last call without tools so the model has to answer. Before each call after the first, a
+*steer* callback (``busy_policy = "steer"``, PIPELINE §2) may add the messages that arrived
+meanwhile, so the same run answers them.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -26,6 +28,7 @@ __all__ = [
     "AgentResult",
     "AgentRunner",
     "ProviderRunner",
+    "Steer",
     "ToolOutcome",
     "Toolbox",
     "Trace",
@@ -70,6 +73,10 @@ class AgentResult:
     cost: float | None = None
 
 
+#: The messages that arrived for a running turn since it last asked (rendered for the model).
+Steer = Callable[[], Awaitable[Sequence[ContextMessage]]]
+
+
 class AgentRunner(Protocol):
     async def run(
         self,
@@ -77,6 +84,7 @@ class AgentRunner(Protocol):
         *,
         settings: FolderSettings,
         toolbox: Toolbox | None = None,
+        steer: Steer | None = None,
     ) -> AgentResult: ...
 
 
@@ -111,6 +119,7 @@ class ProviderRunner:
         *,
         settings: FolderSettings,
         toolbox: Toolbox | None = None,
+        steer: Steer | None = None,
     ) -> AgentResult:
         provider = self.provider_for(settings)
         specs = tuple(toolbox.specs()) if toolbox is not None else ()
@@ -121,6 +130,8 @@ class ProviderRunner:
         cost: float | None = 0.0
         calls = 0
         while True:
+            if calls and steer is not None:
+                messages.extend(await steer())
             calls += 1
             last = calls >= self._max_calls or not specs
             current = replace(request, messages=tuple(messages), tools=() if last else specs)

@@ -4,8 +4,9 @@ operator's retry and cancel.
 A conversation is ``(folder, chat_jid, topic)`` — or ``(folder, topic)`` for a folder with
 ``session = "shared"``. A fired message joins the conversation's queued turn if there is one;
 if a turn is running, the folder's ``busy_policy`` decides: ``followup`` queues one turn after
-it, ``interrupt`` cancels it and queues one that answers everything, ``steer`` behaves as
-``followup`` until a provider loop can take messages mid-run.
+it, ``interrupt`` cancels it and queues one that answers everything, ``steer`` queues the
+follow-up too, and the running turn takes its messages over at its next model call (the worker
+does that; a run that calls the model no more leaves them to the follow-up).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from postroom.core.folders import BusyPolicy, FolderSettings, Role, Session
 from postroom.engine.clock import Clock
 from postroom.engine.signals import Signals
 from postroom.store.protocol import Store, StoreTx
-from postroom.store.records import JobRecord, JobStatus, NewJob
+from postroom.store.records import JobKind, JobRecord, JobStatus, NewJob
 
 __all__ = [
     "Enqueued",
@@ -30,6 +31,7 @@ __all__ = [
     "conversation_chat",
     "enqueue_turn",
     "job_to_dict",
+    "reply_chats",
     "turn_priority",
 ]
 
@@ -70,6 +72,12 @@ def turn_priority(sender: str, settings: FolderSettings, owners: frozenset[str])
     if settings.role is Role.CONDUCTOR:
         return Priority.CONDUCTOR
     return Priority.NORMAL
+
+
+def reply_chats(job: JobRecord) -> list[str]:
+    """The chats whose messages the turn answers (the task's chat for a scheduled turn)."""
+    chats = list(dict.fromkeys(chat for _, chat in job.messages))
+    return chats or [job.chat_jid]
 
 
 def conversation_chat(settings: FolderSettings, chat_jid: str) -> str | None:
@@ -186,14 +194,19 @@ class TurnService:
 
     async def cancel(self, job_id: int) -> JobRecord:
         async with self._store.write() as tx:
+            current = await tx.get_job(job_id)
+            if current is None:
+                raise NotFound(f"There is no job {job_id}.")
             job = await tx.cancel_job(job_id, now=self._clock())
             if job is None:
-                current = await tx.get_job(job_id)
-                if current is None:
-                    raise NotFound(f"There is no job {job_id}.")
                 raise Conflict(
                     f"Job {job_id} is {current.status.value}; only queued or running jobs can "
                     "be cancelled."
                 )
+        # A running turn stops its typing as it ends; a queued one showed typing since it was
+        # queued (PIPELINE §1.5), and it ends here.
         self._signals.cancel_turn(job_id)
+        if current.status is JobStatus.QUEUED and job.kind is not JobKind.SCHEDULED:
+            for chat_jid in reply_chats(job):
+                self._signals.typing(chat_jid, job.folder, False)
         return job

@@ -18,24 +18,25 @@ import functools
 import secrets
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 import structlog
 
+from postroom.core.context import ContextMessage
 from postroom.core.durations import spoken_duration
-from postroom.core.folders import FolderDefaults, FolderSettings
+from postroom.core.folders import BusyPolicy, FolderDefaults, FolderSettings
 from postroom.engine.answer import AnswerWriter
 from postroom.engine.catalog import Catalog
 from postroom.engine.clock import Clock
-from postroom.engine.context_builder import ContextBuilder, ContextSettings
+from postroom.engine.context_builder import ContextBuilder, ContextSettings, PreparedTurn
 from postroom.engine.memory import MemoryService
 from postroom.engine.metrics import Metrics, NullMetrics
 from postroom.engine.notices import post_notice
-from postroom.engine.runner import AgentResult, AgentRunner
+from postroom.engine.runner import AgentResult, AgentRunner, Steer
 from postroom.engine.signals import Signals
 from postroom.engine.tools import ToolFactory, TurnToolbox
-from postroom.engine.turns import QueueSettings
+from postroom.engine.turns import QueueSettings, reply_chats
 from postroom.llm.base import ModelRequest, ProviderError
 from postroom.store.protocol import Store, StoreTx
 from postroom.store.records import JobKind, JobRecord, JobStatus, RunRecord
@@ -45,6 +46,8 @@ __all__ = ["ContextSettings", "WorkerPool"]
 log = structlog.get_logger(__name__)
 
 TYPING_REFRESH_S = 4.0
+#: Why a run was stopped when its lease turned out to be gone.
+LEASE_LOST = "lease lost"
 
 
 class _LeaseLost(Exception):
@@ -215,7 +218,7 @@ class WorkerPool:
                 )
                 if job is None:
                     return jobs, await tx.next_job_due()
-                await self._context.attach_observed(tx, job, _reply_chats(job))
+                await self._context.attach_observed(tx, job, reply_chats(job))
                 jobs.append(job)
         return jobs, None
 
@@ -244,7 +247,7 @@ class WorkerPool:
         assert job.lease_token is not None
         token = job.lease_token
         settings = self._catalog.snapshot.settings(job.folder, self._defaults)
-        chats = _reply_chats(job)
+        chats = reply_chats(job)
         log.info("turn.started", job_id=job.id, folder=job.folder, chat_jid=job.chat_jid)
         helpers = [
             asyncio.create_task(self._keep_lease(job.id, token, entry), name=f"lease-{job.id}"),
@@ -263,13 +266,22 @@ class WorkerPool:
             prepared = await self._context.build(job, settings)
             request = prepared.request
             toolbox = self._toolbox(job, settings, chats)
-            result = await self._runner.run(request, settings=settings, toolbox=toolbox)
+            steered: list[tuple[str, str]] = []
+            steer = None
+            if settings.busy_policy is BusyPolicy.STEER:
+                steer = self._steer(job, token, prepared, chats, steered)
+            result = await self._runner.run(
+                request, settings=settings, toolbox=toolbox, steer=steer
+            )
+            if steered:  # the answer answers these too (and replies to the last of them)
+                job = replace(job, messages=(*job.messages, *steered))
             await self._succeed(
                 job, token, settings, result, toolbox, prepared.answer_chat, chats, elapsed_ms()
             )
         except asyncio.CancelledError:
             reason = entry.reason or "cancelled"
-            if reason != "shutdown" and request is not None:
+            # A lost lease means the turn is another worker's now: this one leaves no trace.
+            if reason not in ("shutdown", LEASE_LOST) and request is not None:
                 await self._record(job, settings, request, outcome=reason, duration_ms=elapsed_ms())
             log.info("turn.cancelled", job_id=job.id, reason=reason)
         except _LeaseLost:
@@ -285,6 +297,48 @@ class WorkerPool:
                 helper.cancel()
             for chat_jid in chats:
                 self._signals.typing(chat_jid, job.folder, False)
+
+    def _steer(
+        self,
+        job: JobRecord,
+        token: str,
+        prepared: PreparedTurn,
+        chats: list[str],
+        steered: list[tuple[str, str]],
+    ) -> Steer:
+        """The runner's way to take in messages that arrived while this turn runs."""
+
+        async def take() -> Sequence[ContextMessage]:
+            refs = await self._take_followup(job, token)
+            if not refs:
+                return ()
+            steered.extend(refs)
+            chats.extend(chat for chat in dict.fromkeys(c for _, c in refs) if chat not in chats)
+            log.info("turn.steered", job_id=job.id, messages=len(refs))
+            return await self._context.steered(job, refs, prepared.senders)
+
+        return take
+
+    async def _take_followup(self, job: JobRecord, token: str) -> list[tuple[str, str]]:
+        """``busy_policy = "steer"`` (PIPELINE §2): messages that arrived while this turn runs
+        wait in a follow-up turn of its conversation; at its next model call this turn takes
+        them over — they move to its job (``job_messages``) and the follow-up is cancelled —
+        while this worker still holds the lease. A turn that makes no further call leaves the
+        follow-up to answer them."""
+        now = self._clock()
+        taken: list[tuple[str, str]] = []
+        async with self._store.write() as tx:
+            lease_until = now + timedelta(seconds=self._queue.lease_s)
+            if not await tx.renew_lease(job.id, token, lease_until):
+                return taken
+            for other in await tx.open_jobs(job.conversation_id):
+                if other.status is not JobStatus.QUEUED or other.kind is not JobKind.TURN:
+                    continue
+                queued = await tx.get_job(other.id)
+                await tx.move_job_messages(other.id, job.id)
+                await tx.cancel_job(other.id, now=now)
+                taken.extend(queued.messages if queued is not None else ())
+        return taken
 
     def _toolbox(
         self, job: JobRecord, settings: FolderSettings, chats: Sequence[str]
@@ -420,7 +474,7 @@ class WorkerPool:
 
     async def _tell(self, tx: StoreTx, job: JobRecord, text: str, source: str) -> None:
         """A host notice about *job* to every chat it answers."""
-        for chat_jid in _reply_chats(job):
+        for chat_jid in reply_chats(job):
             await post_notice(
                 tx,
                 chat_jid,
@@ -454,15 +508,22 @@ class WorkerPool:
 
     # -- helpers while a turn runs -------------------------------------------------------------
     async def _keep_lease(self, job_id: int, token: str, entry: _Running) -> None:
+        """Renew the lease while the turn runs; stop the run the moment it is not ours (another
+        process cancelled or requeued it, or let it expire and another worker claimed it)."""
         while True:
             await asyncio.sleep(self._queue.lease_renew_s)
             now = self._clock()
-            async with self._store.write() as tx:
-                kept = await tx.renew_lease(
-                    job_id, token, now + timedelta(seconds=self._queue.lease_s)
-                )
+            try:
+                async with self._store.write() as tx:
+                    kept = await tx.renew_lease(
+                        job_id, token, now + timedelta(seconds=self._queue.lease_s)
+                    )
+            except Exception:
+                # A busy or failing store: try again at the next renewal, while the lease lasts.
+                log.exception("turn.lease_renewal_failed", job_id=job_id)
+                continue
             if not kept:
-                entry.cancel("lease lost")
+                entry.cancel(LEASE_LOST)
                 return
 
     async def _keep_typing(self, chats: Sequence[str], folder: str) -> None:
@@ -471,12 +532,6 @@ class WorkerPool:
             for chat_jid in chats:
                 self._signals.typing(chat_jid, folder, True)
             await asyncio.sleep(TYPING_REFRESH_S)
-
-
-def _reply_chats(job: JobRecord) -> list[str]:
-    """The chats whose messages the turn answers (the task's chat for a scheduled turn)."""
-    chats = list(dict.fromkeys(chat for _, chat in job.messages))
-    return chats or [job.chat_jid]
 
 
 def _run_record(

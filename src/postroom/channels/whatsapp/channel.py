@@ -13,7 +13,6 @@ read) and lasts until the answer or 25 s, so it is sent again only when it would
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import hmac
@@ -198,10 +197,10 @@ class WhatsAppChannel(BaseChannel):
             }
         }
         if message.media is not None and not message.is_from_me:
-            attachment, audio = await self._fetch(message.media)
+            attachment = await self._fetch(message.media)
             attachments = (attachment,)
             if not text.strip():
-                text = await self._placeholder(attachment, audio, metadata)
+                text = _placeholder(attachment)
         return InboundMessage(
             id=message.id,
             chat_jid=message.chat_jid,
@@ -218,11 +217,12 @@ class WhatsAppChannel(BaseChannel):
             metadata=metadata,
         )
 
-    async def _fetch(self, media: MediaRef) -> tuple[Attachment, bytes | None]:
-        """The attachment of a message; images and voice notes inline when within the cap."""
+    async def _fetch(self, media: MediaRef) -> Attachment:
+        """The attachment of a message; images and voice notes inline when within the cap
+        (a voice note is transcribed after the acknowledgement, before its turn runs)."""
         bare = Attachment(kind=media.kind, mime=media.mime, name=media.name)
         if media.kind not in ("image", "voice") or not media.media_id:
-            return bare, None
+            return bare
         try:
             file = await self.graph.media(
                 media.media_id,
@@ -232,37 +232,15 @@ class WhatsAppChannel(BaseChannel):
         except (GraphError, httpx.HTTPError) as exc:
             # The message goes in without its bytes rather than not at all.
             log.warning("whatsapp.media_unavailable", media_id=media.media_id, error=str(exc))
-            return bare, None
+            return bare
         mime = media.mime or file.mime
         if file.data is None:
             log.info("whatsapp.media_over_cap", media_id=media.media_id, size=file.size)
-            return Attachment(kind=media.kind, mime=mime, name=media.name, size=file.size), None
+            return Attachment(kind=media.kind, mime=mime, name=media.name, size=file.size)
         data = base64.b64encode(file.data).decode("ascii")
-        attachment = Attachment(
+        return Attachment(
             kind=media.kind, mime=mime, name=media.name, size=len(file.data), data=data
         )
-        return attachment, file.data
-
-    async def _placeholder(
-        self, attachment: Attachment, audio: bytes | None, metadata: dict[str, Any]
-    ) -> str:
-        """Words for a message that is only a file (a voice note transcribed when possible)."""
-        if attachment.kind == "voice":
-            transcribe = self.context.transcribe
-            if transcribe is None or audio is None:
-                return VOICE_PLACEHOLDER
-            try:
-                async with asyncio.timeout(self._config.transcribe_timeout_s):
-                    text = (await transcribe(audio, attachment.mime or "audio/ogg")).strip()
-            except (TimeoutError, OSError, ValueError, PostroomError) as exc:
-                log.warning("whatsapp.transcription_failed", error=str(exc))
-                return VOICE_PLACEHOLDER
-            metadata["transcribed"] = True  # the worker's enrichment need not do it again
-            return f"[Voice]: {text}"
-        labels = {"image": "[Image]", "video": "[Video]", "sticker": "[Sticker]"}
-        if attachment.kind in labels:
-            return labels[attachment.kind]
-        return f"[File: {attachment.name}]" if attachment.name else "[File]"
 
     # -- outbound ------------------------------------------------------------------------------
     async def do_send(self, chunk: OutgoingChunk, text: str, style: str) -> SendResult:
@@ -325,3 +303,16 @@ def _translate(exc: GraphError) -> PostroomError:
     if exc.code in PERMANENT_CODES:
         return DeliveryFailed(f"WhatsApp cannot deliver to this chat: {exc}", permanent=True)
     return DeliveryFailed(f"WhatsApp refused the message: {exc}")
+
+
+def _placeholder(attachment: Attachment) -> str:
+    """Words for a message that is only a file."""
+    labels = {
+        "voice": VOICE_PLACEHOLDER,
+        "image": "[Image]",
+        "video": "[Video]",
+        "sticker": "[Sticker]",
+    }
+    if attachment.kind in labels:
+        return labels[attachment.kind]
+    return f"[File: {attachment.name}]" if attachment.name else "[File]"

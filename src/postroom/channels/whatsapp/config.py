@@ -49,8 +49,6 @@ class WhatsAppConfig(BaseModel):
     send_timeout_s: float = Field(10.0, gt=0)
     #: Media downloads share the webhook's time budget (Meta resends a slow webhook).
     media_timeout_s: float = Field(5.0, gt=0)
-    #: A voice note is transcribed before ingest when postroom passes a transcriber.
-    transcribe_timeout_s: float = Field(20.0, gt=0)
 
     @field_validator("base_url")
     @classmethod

@@ -1,0 +1,334 @@
+"""The steps of ``postroom serve``'s composition root, one small function each.
+
+:meth:`postroom.app.gateway.Gateway.build` calls them in order; each takes the configuration
+and the collaborators built before it, so the whole graph is visible in one place and a test
+that builds the gateway (with fakes in its keyword seams) exercises exactly this wiring.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import socket
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI
+
+from postroom.api.app import create_api
+from postroom.api.routes import ApiContext
+from postroom.app.channels import ChannelHost
+from postroom.app.detect import ECHO_HINT
+from postroom.app.metrics import PrometheusMetrics
+from postroom.channels.http import EventStreamSink, WebhookSession, WebhookSink
+from postroom.config import DATABASE_FILE, Config
+from postroom.core.errors import PostroomError
+from postroom.core.folders import FolderSettings
+from postroom.engine.answer import AnswerWriter
+from postroom.engine.clock import Clock
+from postroom.engine.compaction import CompactionSettings, Compactor
+from postroom.engine.context_builder import ContextBuilder, ContextSettings
+from postroom.engine.delivery import DeliveryLoop, DeliverySettings, SinkRouter
+from postroom.engine.enrich import Enricher, Transcribe
+from postroom.engine.ingest import IngestLimits
+from postroom.engine.memory import MemoryService
+from postroom.engine.persona import PersonaSource
+from postroom.engine.runner import ProviderRunner
+from postroom.engine.services import Services
+from postroom.engine.signals import Signals
+from postroom.engine.tools import ToolFactory
+from postroom.engine.turns import QueueSettings
+from postroom.engine.worker import WorkerPool
+from postroom.llm.accounts import AccountPool
+from postroom.llm.base import ModelRequest, ModelResponse, Provider
+from postroom.llm.models import ModelInfo, ModelTable
+from postroom.llm.tokenizer import TokenCounter
+from postroom.store.protocol import Store
+from postroom.store.sqlite import SqliteStore
+from postroom.web.chat import WebChat
+from postroom.web.tui_socket import TuiSocket
+
+if TYPE_CHECKING:
+    from postroom.llm.transcriber import HttpTranscriber
+
+__all__ = [
+    "SECRET_FILE",
+    "build_http",
+    "build_services",
+    "build_sinks",
+    "build_workers",
+    "delivery_loop",
+    "model_table",
+    "open_store",
+    "owner_id",
+    "provider_status",
+    "queue_settings",
+    "transcriber",
+    "web_secret",
+]
+
+SECRET_FILE = "web-secret"
+
+
+async def open_store(data_dir: Path) -> SqliteStore:
+    """The data directory's database; a directory ``postroom init`` never made is refused."""
+    database = data_dir / DATABASE_FILE
+    if not database.exists():
+        raise PostroomError(
+            f"No postroom data directory at {data_dir} (no {DATABASE_FILE}); run "
+            "`postroom init` first, or pass --data DIR."
+        )
+    return await SqliteStore.open(database)
+
+
+def queue_settings(config: Config) -> QueueSettings:
+    section = config.queue
+    return QueueSettings(
+        max_attempts=section.max_attempts,
+        backoff_base_s=section.backoff_base_s,
+        max_concurrent_turns=section.max_concurrent_turns,
+        lease_s=section.lease_s,
+        lease_renew_s=section.lease_renew_s,
+        shutdown_grace_s=section.shutdown_grace_s,
+    )
+
+
+def build_services(
+    store: Store,
+    data_dir: Path,
+    config: Config,
+    *,
+    clock: Clock,
+    signals: Signals,
+    metrics: PrometheusMetrics,
+) -> Services:
+    return Services.build(
+        store,
+        folders_dir=data_dir / "folders",
+        trigger=config.trigger(),
+        defaults=config.folder_defaults(),
+        limits=IngestLimits(
+            content_bytes=config.limits.content_bytes,
+            missing_notice_s=config.routing.missing_folder_notice_s,
+        ),
+        clock=clock,
+        queue=queue_settings(config),
+        owners=frozenset(config.owners.senders),
+        signals=signals,
+        metrics=metrics,
+        tick_s=config.scheduler.tick_s,
+    )
+
+
+def transcriber(config: Config) -> HttpTranscriber | None:
+    """The voice-note transcriber, when one is configured; httpx is imported only then (it
+    and its dependencies are a tenth of a second of start-up)."""
+    section = config.transcriber
+    if not section.base_url or not section.model:
+        return None
+    import httpx
+
+    from postroom.llm.transcriber import HttpTranscriber
+
+    return HttpTranscriber(
+        base_url=section.base_url,
+        model=section.model,
+        api_key=section.api_key,
+        client=httpx.AsyncClient(timeout=httpx.Timeout(10.0)),
+    )
+
+
+def build_sinks(config: Config) -> tuple[SinkRouter, WebhookSession | None]:
+    """Where deliveries go: the outbound webhooks of ``[channels.http.<platform>]`` (with the
+    HTTP session they share, if any), else the event stream. Adapters register themselves."""
+    sinks = SinkRouter(fallback=EventStreamSink())
+    session: WebhookSession | None = None
+    for platform, section in config.channels.get("http", {}).items():
+        if not isinstance(section, dict) or not section.get("outbound_url"):
+            continue
+        session = session or WebhookSession()
+        sinks.register(
+            platform,
+            WebhookSink(
+                url=str(section["outbound_url"]),
+                secret=str(section["secret"]) if section.get("secret") else None,
+                client=session,
+            ),
+        )
+    return sinks, session
+
+
+def model_table(config: Config) -> ModelTable:
+    return ModelTable(
+        {
+            name: ModelInfo(m.context_window, m.input_per_mtok, m.output_per_mtok)
+            for name, m in config.models.items()
+        }
+    )
+
+
+def owner_id(data_dir: Path) -> str:
+    """Stable per host and data directory: tells this server's turns from another's."""
+    raw = f"{socket.gethostname()}:{data_dir.resolve()}".encode()
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
+def build_workers(
+    services: Services,
+    data_dir: Path,
+    config: Config,
+    *,
+    providers: Mapping[str, Provider],
+    transcribe: Transcribe | None,
+    metrics: PrometheusMetrics,
+) -> WorkerPool:
+    """The turn workers with everything a turn uses: the tool loop over the providers, the
+    context (personas, memory, compaction, voice notes), the answer writer and the tools."""
+    store, clock = services.store, services.clock
+    models = model_table(config)
+    runner = ProviderRunner(providers, max_model_calls=config.llm.max_model_calls, models=models)
+    memory = MemoryService(store=store)
+
+    async def complete(request: ModelRequest, settings: FolderSettings) -> ModelResponse:
+        return await runner.provider_for(settings).complete(request)
+
+    compactor = Compactor(
+        store=store,
+        complete=complete,
+        memory=memory,
+        tokens=TokenCounter(),
+        models=models,
+        clock=clock,
+        settings=CompactionSettings(
+            threshold=config.compaction.threshold, keep_last=config.compaction.keep_last
+        ),
+    )
+    context = ContextBuilder(
+        store=store,
+        catalog=services.catalog,
+        clock=clock,
+        settings=ContextSettings(
+            max_messages=config.context.max_messages,
+            observe_window_messages=config.observe.window_messages,
+            observe_window_chars=config.observe.window_chars,
+        ),
+        personas=PersonaSource(data_dir / "folders"),
+        memory=memory,
+        compactor=compactor,
+        enricher=Enricher(store=store, transcribe=transcribe),
+    )
+    return WorkerPool(
+        store=store,
+        catalog=services.catalog,
+        runner=runner,
+        signals=services.signals,
+        clock=clock,
+        queue=services.queue,
+        context=context,
+        defaults=services.defaults,
+        owner=owner_id(data_dir),
+        boot_id=uuid.uuid4().hex,
+        assistant_name=config.assistant.name,
+        metrics=metrics,
+        answers=AnswerWriter(
+            clock=clock,
+            memory=memory,
+            folders=services.folders,
+            tasks=services.tasks,
+            assistant_name=config.assistant.name,
+            max_depth=config.delegation.max_depth,
+            max_attempts=config.queue.max_attempts,
+        ),
+        tools=ToolFactory(
+            memory=memory,
+            routes=services.routes,
+            folders=services.folders,
+            max_depth=config.delegation.max_depth,
+        ),
+    )
+
+
+def delivery_loop(
+    services: Services, config: Config, *, sinks: SinkRouter, metrics: PrometheusMetrics
+) -> DeliveryLoop:
+    return DeliveryLoop(
+        store=services.store,
+        sinks=sinks,
+        catalog=services.catalog,
+        defaults=services.defaults,
+        signals=services.signals,
+        clock=services.clock,
+        settings=DeliverySettings(
+            backoff_base_s=config.delivery.backoff_base_s, ttl_s=config.delivery.ttl_s
+        ),
+        metrics=metrics,
+    )
+
+
+def provider_status(providers: Mapping[str, Provider]) -> list[dict[str, Any]]:
+    """Each provider and its accounts' rests, for ``GET /api/v1/providers`` (never a key)."""
+    out: list[dict[str, Any]] = []
+    for name, provider in sorted(providers.items()):
+        pool = provider if isinstance(provider, AccountPool) else None
+        out.append(
+            {
+                "name": name,
+                "accounts": [
+                    {
+                        "label": s.label,
+                        "limited_until": s.limited_until.isoformat() if s.limited_until else None,
+                        "strikes": s.strikes,
+                    }
+                    for s in (pool.status() if pool else [])
+                ],
+            }
+        )
+    return out
+
+
+def web_secret(data_dir: Path) -> bytes:
+    path = data_dir / SECRET_FILE
+    if not path.exists():
+        path.write_text(secrets.token_hex(32), "utf-8")
+        path.chmod(0o600)
+    return path.read_text("utf-8").strip().encode()
+
+
+def build_http(
+    services: Services,
+    data_dir: Path,
+    config: Config,
+    *,
+    providers: Mapping[str, Provider],
+    channels: ChannelHost,
+    metrics: PrometheusMetrics,
+) -> FastAPI:
+    """The HTTP side: the API, the web chat, the terminal UI's socket and the adapters' hooks."""
+    http = create_api(
+        ApiContext(
+            services=services,
+            tasks=services.tasks,
+            render_metrics=metrics.render,
+            provider_status=lambda: provider_status(providers),
+            channel_status=channels.status,
+        ),
+        token=config.api.token,
+        body_limit=config.limits.body_bytes,
+    )
+    web = WebChat(
+        services=services,
+        token=config.api.token,
+        secret=web_secret(data_dir),
+        assistant_name=config.assistant.name,
+        setup_hint=ECHO_HINT if config.defaults.provider == "echo" else None,
+    )
+    http.router.routes.extend(web.routes())
+    http.router.routes.append(
+        TuiSocket(
+            services=services, token=config.api.token, assistant_name=config.assistant.name
+        ).route()
+    )
+    http.router.routes.extend(channels.routes())
+    return http
