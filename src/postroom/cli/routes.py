@@ -113,7 +113,7 @@ def set_(
 
     async def body() -> list[RouteView]:
         async with services_for(cli) as services:
-            return await services.routes.set_routes(rows, actor=actor(), scope=scope)
+            return await services.routes.set_routes(rows, actor=actor(), within=scope)
 
     views = run(body)
     if as_json:

@@ -22,6 +22,7 @@ from postroom.engine.router import Router
 from postroom.engine.routes import RouteService
 from postroom.engine.signals import Signals
 from postroom.engine.tasks import TaskService
+from postroom.engine.tokens import TokenService
 from postroom.engine.turns import QueueSettings, TurnService
 from postroom.store.protocol import Store
 from postroom.store.sqlite import SqliteStore
@@ -40,6 +41,7 @@ class Services:
     turns: TurnService
     tasks: TaskService
     history: History
+    tokens: TokenService
     signals: Signals
     defaults: FolderDefaults
     queue: QueueSettings
@@ -59,6 +61,7 @@ class Services:
         owners: frozenset[str] = frozenset(),
         signals: Signals | None = None,
         metrics: Metrics | None = None,
+        api_token: str = "",
     ) -> Services:
         catalog = Catalog()
         signals = signals or Signals()
@@ -69,7 +72,7 @@ class Services:
             store=store,
             catalog=catalog,
             router=router,
-            routes=RouteService(store=store, catalog=catalog, clock=clock),
+            routes=RouteService(store=store, catalog=catalog, clock=clock, trigger=trigger),
             folders=folders,
             ingest=Ingestor(
                 store=store,
@@ -87,6 +90,7 @@ class Services:
             turns=TurnService(store=store, signals=signals, clock=clock),
             tasks=TaskService(store=store, catalog=catalog, signals=signals, clock=clock),
             history=History(store=store),
+            tokens=TokenService(store=store, clock=clock, owner_secret=api_token),
             signals=signals,
             defaults=defaults,
             queue=queue,
@@ -106,6 +110,7 @@ class Services:
         queue: QueueSettings | None = None,
         owners: frozenset[str] = frozenset(),
         signals: Signals | None = None,
+        api_token: str = "",
     ) -> Services:
         store = await SqliteStore.open(database)
         return cls.build(
@@ -118,6 +123,7 @@ class Services:
             queue=queue,
             owners=owners,
             signals=signals,
+            api_token=api_token,
         )
 
     async def close(self) -> None:
