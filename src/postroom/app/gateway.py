@@ -186,6 +186,7 @@ class Gateway:
             owners=frozenset(config.owners.senders),
             signals=signals,
             metrics=metrics,
+            api_token=config.api.token,
         )
         async with store.read() as tx:
             await services.catalog.reload(tx)
@@ -325,7 +326,6 @@ class Gateway:
                 provider_status=provider_status,
                 channel_status=channels.status,
             ),
-            token=config.api.token,
             body_limit=config.limits.body_bytes,
         )
         web = WebChat(

@@ -11,9 +11,9 @@ import typer
 from rich.table import Table
 
 from postroom.cli.common import actor, context, fail, print_json, run, services_for, stdout
-from postroom.cli.inbound import build_inbound
 from postroom.cli.render import print_decision
 from postroom.core.decision import Decision
+from postroom.engine.inbound import build_inbound
 from postroom.engine.routes import RouteView
 from postroom.store.records import RouteAuditRecord, RouteRecord
 
