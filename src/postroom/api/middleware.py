@@ -11,7 +11,7 @@ from typing import Any
 
 from postroom.api.errors import error_response
 from postroom.api.scopes import refusal
-from postroom.engine.tokens import Principal
+from postroom.engine.tokens import PRINCIPAL_KEY, Principal
 
 __all__ = [
     "PRINCIPAL",
@@ -32,7 +32,7 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 #: The ASGI scope key under which :class:`BearerAuth` leaves the caller's :class:`Principal`.
-PRINCIPAL = "postroom.principal"
+PRINCIPAL = PRINCIPAL_KEY
 
 
 def _bearer(scope: Scope) -> str | None:

@@ -57,6 +57,7 @@ from postroom.llm.accounts import AccountPool
 from postroom.llm.base import ModelRequest, ModelResponse, Provider
 from postroom.llm.models import ModelInfo, ModelTable
 from postroom.llm.tokenizer import TokenCounter
+from postroom.mcp import McpEndpoint, allowed_hosts
 from postroom.store.sqlite import SqliteStore
 from postroom.web.chat import WebChat
 from postroom.web.tui_socket import TuiSocket
@@ -153,6 +154,8 @@ class Gateway:
     metrics: PrometheusMetrics
     channels: ChannelHost
     providers: Mapping[str, Provider] = field(default_factory=dict)
+    #: ``/mcp``, unless ``[mcp] enabled = false``.
+    mcp: McpEndpoint | None = None
 
     @classmethod
     async def build(cls, data_dir: Path, config: Config) -> Gateway:
@@ -342,6 +345,9 @@ class Gateway:
             ).route()
         )
         http.router.routes.extend(channels.routes())
+        mcp = _mcp_endpoint(services, config)
+        if mcp is not None:
+            http.router.routes.append(mcp.route())
         return cls(
             config=config,
             services=services,
@@ -356,6 +362,7 @@ class Gateway:
             metrics=metrics,
             channels=channels,
             providers=providers,
+            mcp=mcp,
         )
 
     _stop: asyncio.Event | None = None
@@ -412,11 +419,15 @@ class Gateway:
             asyncio.create_task(self.scheduler.run(), name="scheduler"),
             asyncio.create_task(self.feed.run(), name="feed"),
         ]
+        mcp = contextlib.AsyncExitStack()
+        if self.mcp is not None:
+            await mcp.enter_async_context(self.mcp.running())
         serving = asyncio.create_task(server.serve(sockets=[listener]), name="http")
         listening = asyncio.create_task(server.listening.wait(), name="http-listening")
         await asyncio.wait({serving, listening}, return_when=asyncio.FIRST_COMPLETED)
         if serving.done():
             listening.cancel()
+            await mcp.aclose()
             await serving  # raises the bind error, if any
             raise PostroomError(f"The HTTP server on {host}:{port} stopped at start.")
         log.info("serve.ready", host=host, port=port, pid=os.getpid())
@@ -440,6 +451,7 @@ class Gateway:
         await asyncio.gather(*background, return_exceptions=True)
         with contextlib.suppress(Exception):
             await serving
+        await mcp.aclose()
         waiter.cancel()
         await self.close()
         log.info("serve.stopped")
@@ -452,6 +464,12 @@ class Gateway:
             await self.webhooks.close()
         await close_providers(self.providers)
         await self.services.close()
+
+
+def _mcp_endpoint(services: Services, config: Config) -> McpEndpoint | None:
+    if not config.mcp.enabled:
+        return None
+    return McpEndpoint(services, hosts=allowed_hosts(config.server.host, config.mcp.allowed_hosts))
 
 
 def _listen(host: str, port: int) -> socket.socket:

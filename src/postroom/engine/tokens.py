@@ -27,6 +27,7 @@ from postroom.store.records import TokenRecord
 
 __all__ = [
     "OWNER",
+    "PRINCIPAL_KEY",
     "NewToken",
     "Principal",
     "Scope",
@@ -39,6 +40,8 @@ log = structlog.get_logger(__name__)
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 #: The name under which ``[api] token`` acts (and is audited).
 OWNER_NAME = "owner"
+#: Where the HTTP surfaces leave the caller of a request in its ASGI scope.
+PRINCIPAL_KEY = "postroom.principal"
 
 
 class Scope(StrEnum):
