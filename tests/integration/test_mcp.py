@@ -31,6 +31,7 @@ from channels.channel_gateway import (
     stored_rows,
 )
 from postroom.app.gateway import Gateway
+from postroom.mcp import allowed_hosts
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -370,6 +371,48 @@ async def test_mcp_needs_a_token_and_one_of_this_servers_host_names(
     assert foreign.status_code == 421 and rebound.status_code == 421
     assert own.status_code == 200, own.text
     assert {t["name"] for t in own.json()["result"]["tools"]} == TOOLS
+
+
+@pytest.fixture
+def proxied(data: Path) -> Path:
+    configure(data, '[mcp]\nallowed_hosts = ["postroom.example.org"]\n')
+    return data
+
+
+async def test_the_host_names_of_mcp_allowed_hosts_are_accepted(proxied: Path) -> None:
+    request = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Authorization": f"Bearer {owner_token(proxied)}",
+    }
+    async with (
+        running_gateway(proxied) as (_, url),
+        httpx.AsyncClient(base_url=url, headers=headers) as http,
+    ):
+        named = await http.post("/mcp", json=request, headers={"Host": "postroom.example.org"})
+        other = await http.post("/mcp", json=request, headers={"Host": "example.org"})
+        origin = await http.post("/mcp", json=request, headers={"Origin": "https://evil.example"})
+    assert named.status_code == 200, named.text
+    assert other.status_code == 421
+    assert origin.status_code == 403
+
+
+def test_the_hosts_accepted_follow_the_configured_bind() -> None:
+    assert allowed_hosts("127.0.0.1") == [
+        "127.0.0.1",
+        "127.0.0.1:*",
+        "localhost",
+        "localhost:*",
+        "[::1]",
+        "[::1]:*",
+    ]
+    assert allowed_hosts("::1")[:2] == ["[::1]", "[::1]:*"]
+    assert allowed_hosts("0.0.0.0", ["gw.example"]) == [
+        "0.0.0.0",
+        "0.0.0.0:*",
+        "gw.example",
+        "gw.example:*",
+    ]
 
 
 @pytest.fixture

@@ -419,15 +419,11 @@ class Gateway:
             asyncio.create_task(self.scheduler.run(), name="scheduler"),
             asyncio.create_task(self.feed.run(), name="feed"),
         ]
-        mcp = contextlib.AsyncExitStack()
-        if self.mcp is not None:
-            await mcp.enter_async_context(self.mcp.running())
-        serving = asyncio.create_task(server.serve(sockets=[listener]), name="http")
+        serving = asyncio.create_task(_serve_http(server, listener, self.mcp), name="http")
         listening = asyncio.create_task(server.listening.wait(), name="http-listening")
         await asyncio.wait({serving, listening}, return_when=asyncio.FIRST_COMPLETED)
         if serving.done():
             listening.cancel()
-            await mcp.aclose()
             await serving  # raises the bind error, if any
             raise PostroomError(f"The HTTP server on {host}:{port} stopped at start.")
         log.info("serve.ready", host=host, port=port, pid=os.getpid())
@@ -451,7 +447,6 @@ class Gateway:
         await asyncio.gather(*background, return_exceptions=True)
         with contextlib.suppress(Exception):
             await serving
-        await mcp.aclose()
         waiter.cancel()
         await self.close()
         log.info("serve.stopped")
@@ -464,6 +459,12 @@ class Gateway:
             await self.webhooks.close()
         await close_providers(self.providers)
         await self.services.close()
+
+
+async def _serve_http(server: _Server, listener: socket.socket, mcp: McpEndpoint | None) -> None:
+    """Serve HTTP; ``/mcp``'s session manager runs exactly as long (it answers only there)."""
+    async with mcp.running() if mcp is not None else contextlib.nullcontext():
+        await server.serve(sockets=[listener])
 
 
 def _mcp_endpoint(services: Services, config: Config) -> McpEndpoint | None:
