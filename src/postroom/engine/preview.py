@@ -133,11 +133,7 @@ async def preview_traffic(
             chat = chats[sample.chat_jid] = await tx.chat_state(sample.chat_jid)
         before = resolve(sample.message, current, chat, folders, now=now, trigger=trigger)
         after = resolve(sample.message, proposed, chat, folders, now=now, trigger=trigger)
-        if (before.action, before.folder, before.topic) == (
-            after.action,
-            after.folder,
-            after.topic,
-        ):
+        if _same(before, after):
             continue
         if visible is not None and not (visible(before.folder) or visible(after.folder)):
             continue
