@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from postroom.core import Forbidden, InvalidInput
-from postroom.engine import Services
+from postroom.core import Forbidden, InvalidInput, RouteIndex, Trigger
+from postroom.engine import Services, preview_traffic
 
 from fakeclock import FakeClock
 from support import SPEC_ROWS, inbound, open_services, seed_spec_table
@@ -122,3 +122,26 @@ async def test_a_confined_preview_lists_only_what_touches_its_tree(engine: Servi
     mine = await engine.routes.preview_routes([], within="atlas")
     assert "posted" in changes(mine)
     assert "posted" not in changes(await engine.routes.preview_routes([], within="acme"))
+
+
+async def test_only_the_visible_changes_are_listed_but_all_are_examined(
+    engine: Services, clock: FakeClock
+) -> None:
+    await engine.ingest.ingest(inbound("slack:T1/channel/C1", "to atlas", id="atlas-bound"))
+    await engine.ingest.ingest(
+        inbound("hook:acme/eng/github", "deployed", id="hook", sender="hook:github")
+    )
+    async with engine.store.read() as tx:
+        snapshot = await engine.catalog.current(tx)
+        preview = await preview_traffic(
+            tx,
+            current=snapshot.index,
+            proposed=RouteIndex([]),
+            folders=snapshot.paths,
+            trigger=Trigger(),
+            now=clock(),
+            limit=10,
+            visible=lambda folder: folder == "acme/eng",
+        )
+    assert preview.examined == 2
+    assert [m.id for m in preview.messages] == ["hook"]
