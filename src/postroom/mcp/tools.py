@@ -1,10 +1,6 @@
-"""The MCP tools (INTERFACES §5): one table of name, description, arguments, scope, handler.
-
-Each handler is a thin call of the same engine function the CLI and the HTTP API use, with
-the caller's token name as the audit actor (``mcp:<name>``) and its folder as the confinement;
-each answer is the object the HTTP API returns for the same thing. A tool the caller's scope
-does not cover, or that cannot be confined to the caller's folder, is refused before it runs.
-"""
+"""The MCP tools (INTERFACES §5): one table of name, description (written for a model),
+arguments, scope and handler (:mod:`postroom.mcp.handlers`). A tool the caller's scope does not
+cover, or that cannot be confined to the caller's folder, is refused before it runs."""
 
 from __future__ import annotations
 
@@ -14,19 +10,9 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
-from postroom.core.messages import Attachment, InboundMessage
-from postroom.engine.engagement import disengage
-from postroom.engine.folders import FolderSpec, folder_to_dict
-from postroom.engine.inbound import build_inbound
 from postroom.engine.services import Services
 from postroom.engine.tokens import Principal, Scope
-from postroom.engine.turns import job_to_dict
-from postroom.engine.views import (
-    drop_to_dict,
-    message_to_dict,
-    route_change_to_dict,
-    run_to_dict,
-)
+from postroom.mcp import handlers
 from postroom.mcp.arguments import (
     AddRouteArgs,
     CreateFolderArgs,
@@ -42,10 +28,9 @@ from postroom.mcp.arguments import (
     ReadMessagesArgs,
     SetRoutesArgs,
 )
+from postroom.mcp.handlers import SURFACE
 
 __all__ = ["SURFACE", "TOOLS", "Tool"]
-
-SURFACE = "mcp"
 
 A = TypeVar("A", bound=BaseModel)
 Handler = Callable[[Services, Principal, A], Awaitable[dict[str, Any]]]
@@ -65,153 +50,6 @@ class Tool(Generic[A]):
     destructive: bool = False
 
 
-def _inbound(args: MessageArgs, services: Services) -> InboundMessage:
-    return build_inbound(
-        chat_jid=args.chat_jid,
-        sender=args.sender,
-        text=args.content,
-        verb=args.verb,
-        topic=args.topic,
-        reply_to=args.reply_to,
-        mentioned=args.mentioned,
-        message_id=args.id,
-        sender_name=args.sender_name,
-        timestamp=args.timestamp,
-        attachments=[Attachment(**a.model_dump()) for a in args.attachments],
-        now=services.clock(),
-    )
-
-
-def _rows(args: SetRoutesArgs | PreviewArgs) -> list[dict[str, Any]]:
-    return [row.model_dump() for row in args.rows]
-
-
-# -- routes ---------------------------------------------------------------------------------------
-async def _list_routes(services: Services, who: Principal, _: NoArgs) -> dict[str, Any]:
-    views = await services.routes.list_routes(within=who.folder)
-    return {"routes": [v.to_dict() for v in views]}
-
-
-async def _add_route(services: Services, who: Principal, args: AddRouteArgs) -> dict[str, Any]:
-    routes = services.routes
-    if args.dry_run:
-        preview = await routes.preview_add(
-            args.seq, args.match, args.target, within=who.folder, limit=args.limit
-        )
-        return preview.to_dict()
-    route_id = await routes.add_route(
-        args.seq, args.match, args.target, actor=who.actor(SURFACE), within=who.folder
-    )
-    return {"id": route_id}
-
-
-async def _delete_route(
-    services: Services, who: Principal, args: DeleteRouteArgs
-) -> dict[str, Any]:
-    routes = services.routes
-    if args.dry_run:
-        preview = await routes.preview_delete(args.id, within=who.folder, limit=args.limit)
-        return preview.to_dict()
-    record = await routes.delete_route(args.id, actor=who.actor(SURFACE), within=who.folder)
-    return {"id": record.id, "seq": record.seq, "match": record.match, "target": record.target}
-
-
-async def _set_routes(services: Services, who: Principal, args: SetRoutesArgs) -> dict[str, Any]:
-    routes = services.routes
-    if args.dry_run:
-        preview = await routes.preview_routes(_rows(args), within=who.folder, limit=args.limit)
-        return preview.to_dict()
-    views = await routes.set_routes(_rows(args), actor=who.actor(SURFACE), within=who.folder)
-    return {"routes": [v.to_dict() for v in views]}
-
-
-async def _preview_routes(services: Services, who: Principal, args: PreviewArgs) -> dict[str, Any]:
-    preview = await services.routes.preview_routes(_rows(args), within=who.folder, limit=args.limit)
-    return preview.to_dict()
-
-
-async def _explain_route(services: Services, _who: Principal, args: MessageArgs) -> dict[str, Any]:
-    message = _inbound(args, services)
-    services.ingest.validate(message)
-    return (await services.router.explain(message)).to_dict()
-
-
-async def _route_history(services: Services, who: Principal, args: LimitArgs) -> dict[str, Any]:
-    entries = await services.history.route_changes(limit=args.limit, within=who.folder)
-    return {"history": [route_change_to_dict(e) for e in entries]}
-
-
-# -- folders --------------------------------------------------------------------------------------
-async def _list_folders(services: Services, who: Principal, _: NoArgs) -> dict[str, Any]:
-    found = await services.folders.list_folders(within=who.folder)
-    return {"folders": [folder_to_dict(f) for f in found]}
-
-
-async def _get_folder(services: Services, who: Principal, args: FolderArgs) -> dict[str, Any]:
-    return folder_to_dict(await services.folders.get_folder(args.path, within=who.folder))
-
-
-async def _create_folder(
-    services: Services, who: Principal, args: CreateFolderArgs
-) -> dict[str, Any]:
-    spec = FolderSpec.from_mapping(args.settings())
-    folder = await services.folders.add_folder(
-        args.path, spec, actor=who.actor(SURFACE), within=who.folder
-    )
-    return folder_to_dict(folder)
-
-
-# -- the queue, runs, messages --------------------------------------------------------------
-async def _list_jobs(services: Services, who: Principal, args: ListJobsArgs) -> dict[str, Any]:
-    jobs = await services.turns.list_jobs(status=args.status, limit=args.limit, within=who.folder)
-    return {"jobs": [job_to_dict(j) for j in jobs]}
-
-
-async def _retry_job(services: Services, _who: Principal, args: IdArgs) -> dict[str, Any]:
-    return job_to_dict(await services.turns.retry(args.id))
-
-
-async def _cancel_job(services: Services, _who: Principal, args: IdArgs) -> dict[str, Any]:
-    return job_to_dict(await services.turns.cancel(args.id))
-
-
-async def _get_run(services: Services, who: Principal, args: IdArgs) -> dict[str, Any]:
-    return run_to_dict(await services.history.run(args.id, within=who.folder))
-
-
-async def _list_drops(services: Services, _who: Principal, args: LimitArgs) -> dict[str, Any]:
-    return {"drops": [drop_to_dict(d) for d in await services.history.drops(limit=args.limit)]}
-
-
-async def _read_messages(
-    services: Services, who: Principal, args: ReadMessagesArgs
-) -> dict[str, Any]:
-    found = await services.history.messages(
-        chat_jid=args.chat_jid,
-        folder=args.folder,
-        after_seq=args.after_seq,
-        limit=args.limit,
-        within=who.folder,
-    )
-    return {"messages": [message_to_dict(m) for m in found]}
-
-
-async def _send_message(services: Services, _who: Principal, args: MessageArgs) -> dict[str, Any]:
-    result = await services.ingest.ingest(_inbound(args, services))
-    return result.to_dict()
-
-
-async def _disengage(services: Services, who: Principal, args: DisengageArgs) -> dict[str, Any]:
-    ended = await disengage(
-        services.store,
-        args.chat_jid,
-        topic=args.topic,
-        clock=services.clock,
-        within=who.folder,
-    )
-    return ended.to_dict()
-
-
 READ, ROUTES, ADMIN = Scope.READ, Scope.ROUTES, Scope.ADMIN
 
 TOOLS: tuple[Tool[Any], ...] = (
@@ -225,7 +63,7 @@ TOOLS: tuple[Tool[Any], ...] = (
         NoArgs,
         READ,
         True,
-        _list_routes,
+        handlers.list_routes,
         read_only=True,
     ),
     Tool(
@@ -237,7 +75,7 @@ TOOLS: tuple[Tool[Any], ...] = (
         AddRouteArgs,
         ROUTES,
         True,
-        _add_route,
+        handlers.add_route,
     ),
     Tool(
         "delete_route",
@@ -247,7 +85,7 @@ TOOLS: tuple[Tool[Any], ...] = (
         DeleteRouteArgs,
         ROUTES,
         True,
-        _delete_route,
+        handlers.delete_route,
         destructive=True,
     ),
     Tool(
@@ -259,7 +97,7 @@ TOOLS: tuple[Tool[Any], ...] = (
         SetRoutesArgs,
         ROUTES,
         True,
-        _set_routes,
+        handlers.set_routes,
         destructive=True,
     ),
     Tool(
@@ -273,7 +111,7 @@ TOOLS: tuple[Tool[Any], ...] = (
         PreviewArgs,
         READ,
         True,
-        _preview_routes,
+        handlers.preview_routes,
         read_only=True,
     ),
     Tool(
@@ -284,7 +122,7 @@ TOOLS: tuple[Tool[Any], ...] = (
         MessageArgs,
         READ,
         True,
-        _explain_route,
+        handlers.explain_route,
         read_only=True,
     ),
     Tool(
@@ -295,7 +133,7 @@ TOOLS: tuple[Tool[Any], ...] = (
         LimitArgs,
         READ,
         True,
-        _route_history,
+        handlers.route_history,
         read_only=True,
     ),
     Tool(
@@ -305,7 +143,7 @@ TOOLS: tuple[Tool[Any], ...] = (
         NoArgs,
         READ,
         True,
-        _list_folders,
+        handlers.list_folders,
         read_only=True,
     ),
     Tool(
@@ -314,7 +152,7 @@ TOOLS: tuple[Tool[Any], ...] = (
         FolderArgs,
         READ,
         True,
-        _get_folder,
+        handlers.get_folder,
         read_only=True,
     ),
     Tool(
@@ -324,7 +162,7 @@ TOOLS: tuple[Tool[Any], ...] = (
         CreateFolderArgs,
         ROUTES,
         True,
-        _create_folder,
+        handlers.create_folder,
     ),
     Tool(
         "list_jobs",
@@ -334,7 +172,7 @@ TOOLS: tuple[Tool[Any], ...] = (
         ListJobsArgs,
         READ,
         True,
-        _list_jobs,
+        handlers.list_jobs,
         read_only=True,
     ),
     Tool(
@@ -343,7 +181,7 @@ TOOLS: tuple[Tool[Any], ...] = (
         IdArgs,
         ADMIN,
         False,
-        _retry_job,
+        handlers.retry_job,
     ),
     Tool(
         "cancel_job",
@@ -352,7 +190,7 @@ TOOLS: tuple[Tool[Any], ...] = (
         IdArgs,
         ADMIN,
         False,
-        _cancel_job,
+        handlers.cancel_job,
         destructive=True,
     ),
     Tool(
@@ -362,7 +200,7 @@ TOOLS: tuple[Tool[Any], ...] = (
         LimitArgs,
         READ,
         False,
-        _list_drops,
+        handlers.list_drops,
         read_only=True,
     ),
     Tool(
@@ -374,7 +212,7 @@ TOOLS: tuple[Tool[Any], ...] = (
         ReadMessagesArgs,
         READ,
         True,
-        _read_messages,
+        handlers.read_messages,
         read_only=True,
     ),
     Tool(
@@ -386,7 +224,7 @@ TOOLS: tuple[Tool[Any], ...] = (
         MessageArgs,
         ADMIN,
         False,
-        _send_message,
+        handlers.send_message,
     ),
     Tool(
         "get_run",
@@ -395,7 +233,7 @@ TOOLS: tuple[Tool[Any], ...] = (
         IdArgs,
         READ,
         True,
-        _get_run,
+        handlers.get_run,
         read_only=True,
     ),
     Tool(
@@ -406,6 +244,6 @@ TOOLS: tuple[Tool[Any], ...] = (
         DisengageArgs,
         ROUTES,
         True,
-        _disengage,
+        handlers.disengage_chat,
     ),
 )
