@@ -164,12 +164,14 @@ async def test_the_tools_are_listed_with_schemas_written_for_a_model(
         assert tool.description and len(tool.description) > 30, tool.name
         schema = tool.input_schema
         assert schema["type"] == "object" and schema.get("additionalProperties") is False
+        assert "$defs" not in schema and "$ref" not in str(schema), tool.name
         for name, prop in schema.get("properties", {}).items():
-            described = prop.get("description") or prop.get("items", {}).get("$ref")
-            assert described, f"{tool.name}.{name} has no description"
+            assert prop.get("description"), f"{tool.name}.{name} has no description"
     add = next(t for t in listed if t.name == "add_route")
     assert set(add.input_schema["required"]) == {"seq", "target"}
     assert add.input_schema["properties"]["seq"]["type"] == "integer"
+    send = next(t for t in listed if t.name == "send_message")
+    assert "untrusted" in send.input_schema["properties"]["verb"]["enum"]
 
 
 async def test_a_route_added_over_mcp_routes_the_next_message(

@@ -12,13 +12,18 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from postroom.core.folders import BusyPolicy, Role, Session
+from postroom.core.messages import Verb
+from postroom.store.records import JobStatus
+
 __all__ = [
     "AddRouteArgs",
     "CreateFolderArgs",
     "DeleteRouteArgs",
     "DisengageArgs",
+    "DropsArgs",
     "FolderArgs",
-    "IdArgs",
+    "JobIdArgs",
     "LimitArgs",
     "ListJobsArgs",
     "MessageArgs",
@@ -26,6 +31,7 @@ __all__ = [
     "PreviewArgs",
     "ReadMessagesArgs",
     "RouteRow",
+    "RunIdArgs",
     "SetRoutesArgs",
     "describe_error",
     "schema_of",
@@ -102,8 +108,18 @@ class LimitArgs(_Args):
     limit: int = Field(20, ge=1, le=10_000, description="How many entries, newest first.")
 
 
-class IdArgs(_Args):
-    id: int = Field(description="The id.")
+class DropsArgs(_Args):
+    limit: int = Field(
+        100, ge=1, le=1000, description="At most this many, the newest ones (listed oldest first)."
+    )
+
+
+class JobIdArgs(_Args):
+    id: int = Field(description="The job's id, as list_jobs shows it.")
+
+
+class RunIdArgs(_Args):
+    id: int = Field(description="The run's id: the run_id of an agent's answer in read_messages.")
 
 
 class FolderArgs(_Args):
@@ -121,25 +137,33 @@ class CreateFolderArgs(FolderArgs):
         description="How long a reply keeps the chat talking to this folder without a "
         "mention, e.g. 30m; 0 disables.",
     )
-    session: str | None = Field(None, description="per-chat (one history per chat) or shared.")
-    busy_policy: str | None = Field(
-        None, description="A message arriving during a turn: followup, interrupt or steer."
+    # Choices are the domain's enums, given as their text (strict=False lets text in).
+    session: Session | None = Field(
+        None,
+        strict=False,
+        description="per-chat: one history per chat; shared: one across its chats.",
     )
-    role: str | None = Field(
-        None, description="agent, conductor (may edit routes under itself) or admin."
+    busy_policy: BusyPolicy | None = Field(
+        None,
+        strict=False,
+        description="A message arriving during a turn: followup (a turn after it), interrupt "
+        "(stop it and answer everything) or steer.",
+    )
+    role: Role | None = Field(
+        None,
+        strict=False,
+        description="agent; conductor (its own turns may edit the routes under it); admin.",
     )
     mirror: list[str] | None = Field(
         None, max_length=32, description="Chat JIDs that get a copy of this folder's traffic."
     )
 
     def settings(self) -> dict[str, Any]:
-        return self.model_dump(exclude={"path"}, exclude_none=True)
+        return self.model_dump(mode="json", exclude={"path"}, exclude_none=True)
 
 
 class ListJobsArgs(_Args):
-    status: str | None = Field(
-        None, description="Only jobs in this status: queued, running, done, failed, cancelled."
-    )
+    status: JobStatus | None = Field(None, strict=False, description="Only jobs in this status.")
     limit: int = Field(100, ge=1, le=1000, description="How many, newest first.")
 
 
@@ -174,13 +198,16 @@ class MessageArgs(_Args):
         None, max_length=255, description="The id of the message it replies to."
     )
     topic: str = Field("", max_length=255, description="The platform's native thread, if any.")
-    verb: str = Field(
-        "message",
-        description="message, mention, reply, post, like, dislike, repost, follow, join, "
-        "untrusted.",
+    verb: Verb = Field(
+        Verb.MESSAGE,
+        strict=False,
+        description="What the message does; a text starting with the assistant's name becomes "
+        "a mention by itself.",
     )
     mentioned: bool = Field(False, description="The platform says the bot was mentioned.")
-    attachments: list[AttachmentArgs] = Field(default_factory=list, max_length=32)
+    attachments: list[AttachmentArgs] = Field(
+        default_factory=list, max_length=32, description="Files that came with the message."
+    )
 
 
 class DisengageArgs(_Args):
@@ -194,21 +221,30 @@ class DisengageArgs(_Args):
 
 
 def schema_of(model: type[BaseModel]) -> dict[str, Any]:
-    """The model's JSON schema without pydantic's generated titles (noise for a model)."""
-    schema: dict[str, Any] = _untitled(model.model_json_schema())
-    return schema
+    """The model's JSON schema as a model reads it best: every ``$ref`` written out in place
+    and pydantic's generated titles left out."""
+    schema = model.model_json_schema()
+    definitions = schema.pop("$defs", {})
+    inlined: dict[str, Any] = _plain(schema, definitions)
+    return inlined
 
 
-def _untitled(node: Any) -> Any:
-    if isinstance(node, dict):
-        return {
-            key: _untitled(value)
-            for key, value in node.items()
-            if not (key == "title" and isinstance(value, str))
-        }
+def _plain(node: Any, definitions: dict[str, Any]) -> Any:
     if isinstance(node, list):
-        return [_untitled(value) for value in node]
-    return node
+        return [_plain(value, definitions) for value in node]
+    if not isinstance(node, dict):
+        return node
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        # The field's own description speaks for it; the type's docstring is for people.
+        named = definitions[ref.removeprefix("#/$defs/")]
+        own = {key: value for key, value in node.items() if key != "$ref"}
+        node = {**{k: v for k, v in named.items() if k != "description"}, **own}
+    return {
+        key: _plain(value, definitions)
+        for key, value in node.items()
+        if not (key == "title" and isinstance(value, str))
+    }
 
 
 def describe_error(tool: str, exc: ValidationError) -> str:

@@ -24,14 +24,16 @@ from postroom.mcp.arguments import (
     CreateFolderArgs,
     DeleteRouteArgs,
     DisengageArgs,
+    DropsArgs,
     FolderArgs,
-    IdArgs,
+    JobIdArgs,
     LimitArgs,
     ListJobsArgs,
     MessageArgs,
     NoArgs,
     PreviewArgs,
     ReadMessagesArgs,
+    RunIdArgs,
     SetRoutesArgs,
 )
 
@@ -160,19 +162,19 @@ async def list_jobs(services: Services, who: Principal, args: ListJobsArgs) -> d
     return {"jobs": [job_to_dict(j) for j in jobs]}
 
 
-async def retry_job(services: Services, _who: Principal, args: IdArgs) -> dict[str, Any]:
+async def retry_job(services: Services, _who: Principal, args: JobIdArgs) -> dict[str, Any]:
     return job_to_dict(await services.turns.retry(args.id))
 
 
-async def cancel_job(services: Services, _who: Principal, args: IdArgs) -> dict[str, Any]:
+async def cancel_job(services: Services, _who: Principal, args: JobIdArgs) -> dict[str, Any]:
     return job_to_dict(await services.turns.cancel(args.id))
 
 
-async def get_run(services: Services, who: Principal, args: IdArgs) -> dict[str, Any]:
+async def get_run(services: Services, who: Principal, args: RunIdArgs) -> dict[str, Any]:
     return run_to_dict(await services.history.run(args.id, within=who.folder))
 
 
-async def list_drops(services: Services, _who: Principal, args: LimitArgs) -> dict[str, Any]:
+async def list_drops(services: Services, _who: Principal, args: DropsArgs) -> dict[str, Any]:
     return {"drops": [drop_to_dict(d) for d in await services.history.drops(limit=args.limit)]}
 
 

@@ -18,14 +18,16 @@ from postroom.mcp.arguments import (
     CreateFolderArgs,
     DeleteRouteArgs,
     DisengageArgs,
+    DropsArgs,
     FolderArgs,
-    IdArgs,
+    JobIdArgs,
     LimitArgs,
     ListJobsArgs,
     MessageArgs,
     NoArgs,
     PreviewArgs,
     ReadMessagesArgs,
+    RunIdArgs,
     SetRoutesArgs,
 )
 from postroom.mcp.handlers import SURFACE
@@ -178,7 +180,7 @@ TOOLS: tuple[Tool[Any], ...] = (
     Tool(
         "retry_job",
         "Queue a failed or cancelled job again. Answers the job.",
-        IdArgs,
+        JobIdArgs,
         ADMIN,
         False,
         handlers.retry_job,
@@ -187,7 +189,7 @@ TOOLS: tuple[Tool[Any], ...] = (
         "cancel_job",
         "Cancel a queued or running job; the messages it was answering stay unanswered. "
         "Answers the job.",
-        IdArgs,
+        JobIdArgs,
         ADMIN,
         False,
         handlers.cancel_job,
@@ -197,7 +199,7 @@ TOOLS: tuple[Tool[Any], ...] = (
         "list_drops",
         "Messages nobody handled, oldest first, with the reason (no_route: no row matched; "
         "folder_missing: the target folder does not exist). Their text is not stored.",
-        LimitArgs,
+        DropsArgs,
         READ,
         False,
         handlers.list_drops,
@@ -230,7 +232,7 @@ TOOLS: tuple[Tool[Any], ...] = (
         "get_run",
         "One run of an agent: the exact system prompt, messages and tools sent to the model, "
         "its raw and final output, usage, cost, duration and outcome.",
-        IdArgs,
+        RunIdArgs,
         READ,
         True,
         handlers.get_run,
