@@ -10,7 +10,6 @@ from postroom.cli.common import context, fail, run, services_for
 from postroom.core.errors import PostroomError
 from postroom.core.folders import validate_folder
 from postroom.engine.tokens import Principal, Scope
-from postroom.mcp import STDIO, serve_stdio
 
 __all__ = ["mcp"]
 
@@ -20,13 +19,16 @@ def mcp(
     scope: Annotated[
         str,
         typer.Option(help="What the client may do: read, routes (route and folder tools), admin."),
-    ] = STDIO.scope.value,
+    ] = Scope.ADMIN.value,
     folder: Annotated[
         str | None, typer.Option(help="Confine the client to this folder's tree.")
     ] = None,
 ) -> None:
     """Serve the MCP tools on stdin/stdout (for desktop clients that start a command); no
     running server is needed. Writes are audited as mcp:stdio."""
+    # The MCP server and its web stack are imported only by this command: the others start fast.
+    from postroom.mcp import STDIO, serve_stdio
+
     cli = context(ctx)
     try:
         principal = Principal(

@@ -52,10 +52,12 @@ class Scope(StrEnum):
     ADMIN = "admin"
 
     def covers(self, needed: Scope) -> bool:
+        """Whether a token of this scope may do what *needed* allows."""
         return _RANK[self] >= _RANK[needed]
 
     @classmethod
     def parse(cls, value: Any) -> Scope:
+        """A scope from its name, or one sentence naming the three."""
         try:
             return cls(value)
         except ValueError:
@@ -172,10 +174,12 @@ class TokenService:
         return NewToken(record, secret)
 
     async def list(self) -> list[TokenRecord]:
+        """Every named token, by name (never a secret)."""
         async with self._store.read() as tx:
             return await tx.list_tokens()
 
     async def remove(self, name: str, *, actor: str) -> None:
+        """Remove a token: the next request presenting its secret is refused."""
         async with self._store.write() as tx:
             if not await tx.delete_token(name):
                 raise NotFound(f"There is no token {name}.")
