@@ -139,6 +139,13 @@ class TranscriberConfig(_Section):
     api_key: str | None = None
 
 
+class McpConfig(_Section):
+    enabled: bool = True
+    #: Host names the server is reached by besides server.host (behind a proxy, or when it
+    #: listens on every address): the MCP endpoint's DNS-rebinding protection accepts them.
+    allowed_hosts: tuple[str, ...] = ()
+
+
 class ProviderConfig(_Section):
     base_url: str | None = None
     api_keys: tuple[str, ...] = ()
@@ -176,6 +183,7 @@ class Config(_Section):
     compaction: CompactionConfig = CompactionConfig()
     routing: RoutingConfig = RoutingConfig()
     transcriber: TranscriberConfig = TranscriberConfig()
+    mcp: McpConfig = McpConfig()
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     models: dict[str, ModelConfig] = Field(default_factory=dict)
     #: Per-adapter sections; each adapter validates its own keys when it starts.

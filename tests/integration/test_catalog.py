@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from postroom.core import Action, Conflict, InvalidInput, NotFound
+from postroom.core import Action, Conflict, Forbidden, InvalidInput, NotFound
 from postroom.engine import FolderSpec, Services
 
 from fakeclock import FakeClock
@@ -113,14 +113,14 @@ async def test_set_routes_is_atomic(engine: Services) -> None:
 async def test_set_routes_scoped_to_a_folder(engine: Services) -> None:
     outside = [r for r in await table(engine) if not r[3].startswith("acme")]
     views = await engine.routes.set_routes(
-        [{"seq": 1, "match": "platform=hook", "target": "acme/eng"}], actor="t", scope="acme"
+        [{"seq": 1, "match": "platform=hook", "target": "acme/eng"}], actor="t", within="acme"
     )
     assert [r for r in await table(engine) if not r[3].startswith("acme")] == outside
     assert [(v.match, v.target) for v in views if v.target.startswith("acme")] == [
         ("platform=hook", "acme/eng")
     ]
-    with pytest.raises(InvalidInput, match="outside acme"):
-        await engine.routes.set_routes([{"seq": 1, "target": "main"}], actor="t", scope="acme")
+    with pytest.raises(Forbidden, match="outside acme"):
+        await engine.routes.set_routes([{"seq": 1, "target": "main"}], actor="t", within="acme")
 
 
 async def test_route_writes_take_effect_on_the_next_message(engine: Services) -> None:

@@ -24,10 +24,11 @@ ALLOWED: dict[str, set[str]] = {
     "channels": {"core", "engine"},
     "api": {"core", "engine", "store.records"},
     "web": {"core", "engine", "store.records"},
+    "mcp": {"core", "engine", "store.records"},
     # The terminal client talks to a running server over its socket: it knows the domain only.
     "tui": {"core"},
-    "cli": {"core", "engine", "store.records", "config", "logs", "app", "tui"},
-    "app": {"core", "store", "llm", "engine", "channels", "api", "web", "config", "logs"},
+    "cli": {"core", "engine", "store.records", "config", "logs", "app", "tui", "mcp"},
+    "app": {"core", "store", "llm", "engine", "channels", "api", "web", "mcp", "config", "logs"},
     "config": {"core"},
     "logs": set(),
 }
@@ -99,7 +100,8 @@ def test_core_does_no_io() -> None:
 
 
 @pytest.mark.parametrize(
-    "package", ["postroom.core", "postroom.store", "postroom.engine", "postroom.llm"]
+    "package",
+    ["postroom.core", "postroom.store", "postroom.engine", "postroom.llm", "postroom.mcp"],
 )
 def test_public_names_are_declared_and_exist(package: str) -> None:
     module = importlib.import_module(package)

@@ -1,7 +1,8 @@
 """The ASGI application of the HTTP API: errors as one sentence, bearer tokens, body limits.
 
-Only ``/healthz``, the web chat page and its assets are open; everything under ``/api/`` and
-``/metrics`` needs ``Authorization: Bearer <api.token>`` when a token is configured.
+Only ``/healthz``, the web chat page and its assets are open; everything under ``/api/``,
+``/metrics`` and ``/mcp`` needs ``Authorization: Bearer <token>`` — ``[api] token`` or a named
+token whose scope covers the endpoint (:mod:`postroom.api.scopes`).
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ __all__ = ["create_api"]
 def create_api(
     ctx: ApiContext,
     *,
-    token: str,
     body_limit: int,
     title: str = "postroom",
 ) -> FastAPI:
@@ -75,7 +75,7 @@ def create_api(
     # ingest lane — an unauthenticated body is never buffered, an oversized one never parsed.
     app.add_middleware(IngestLane, ingest=functools.partial(ingest_body, ctx.services))
     app.add_middleware(BodyLimit, limit=body_limit)
-    app.add_middleware(BearerAuth, token=token)
+    app.add_middleware(BearerAuth, authenticate=ctx.services.tokens.authenticate)
     return app
 
 

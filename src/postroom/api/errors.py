@@ -8,7 +8,14 @@ from typing import Any
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from postroom.core.errors import Conflict, InvalidInput, NotFound, PostroomError, TooLarge
+from postroom.core.errors import (
+    Conflict,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    PostroomError,
+    TooLarge,
+)
 
 __all__ = [
     "describe_errors",
@@ -35,6 +42,8 @@ def error_status(exc: PostroomError) -> int:
         return 413
     if isinstance(exc, InvalidInput):
         return 400
+    if isinstance(exc, Forbidden):
+        return 403
     if isinstance(exc, NotFound):
         return 404
     if isinstance(exc, Conflict):

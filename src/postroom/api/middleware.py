@@ -1,4 +1,4 @@
-"""Plain ASGI middlewares of the HTTP API: bearer tokens and body limits.
+"""Plain ASGI middlewares of the HTTP API: bearer tokens and their scopes, body limits.
 
 Plain ASGI rather than Starlette's ``http`` middleware functions: those run every request
 through a task group and memory streams, which cost more than ingesting the message itself.
@@ -10,9 +10,11 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from postroom.api.errors import error_response
-from postroom.core.signing import token_matches
+from postroom.api.scopes import refusal
+from postroom.engine.tokens import PRINCIPAL_KEY, Principal
 
 __all__ = [
+    "PRINCIPAL",
     "ASGIApp",
     "BearerAuth",
     "BodyLimit",
@@ -28,6 +30,9 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+#: The ASGI scope key under which :class:`BearerAuth` leaves the caller's :class:`Principal`.
+PRINCIPAL = PRINCIPAL_KEY
 
 
 def _bearer(scope: Scope) -> str | None:
@@ -90,21 +95,35 @@ class BodyLimit:
 
 
 class BearerAuth:
-    """Refuses ``/api/`` and ``/metrics`` requests without the bearer token (401).
+    """Tells who calls ``/api/``, ``/metrics`` and ``/mcp`` from the bearer token, and refuses
+    a missing or unknown token (401) or one outside the endpoint's scope (403).
 
-    Plain ASGI rather than an ``http`` middleware function: those run every request through a
-    task group and memory streams, which cost more than ingesting the message itself.
+    The caller is left in the ASGI scope under :data:`PRINCIPAL` for the handlers, which
+    audit their writes under its name and confine them to its folder. A token is only ever
+    read from the ``Authorization`` header, never from the URL.
     """
 
-    def __init__(self, app: ASGIApp, *, token: str) -> None:
+    def __init__(
+        self, app: ASGIApp, *, authenticate: Callable[[str | None], Awaitable[Principal | None]]
+    ) -> None:
         self._app = app
-        self._token = token
+        self._authenticate = authenticate
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             path = scope["path"]
-            guarded = path.startswith("/api/") or path == "/metrics"
-            if guarded and not token_matches(self._token, _bearer(scope)):
-                await error_response(401, "Missing or wrong bearer token.")(scope, receive, send)
-                return
+            mcp = path == "/mcp" or path.startswith("/mcp/")
+            if mcp or path.startswith("/api/") or path == "/metrics":
+                principal = await self._authenticate(_bearer(scope))
+                if principal is None:
+                    await error_response(401, "Missing or wrong bearer token.")(
+                        scope, receive, send
+                    )
+                    return
+                # MCP tools check their own scopes: one endpoint serves them all.
+                refused = None if mcp else refusal(scope["method"], path, principal)
+                if refused is not None:
+                    await error_response(403, refused)(scope, receive, send)
+                    return
+                scope[PRINCIPAL] = principal
         await self._app(scope, receive, send)

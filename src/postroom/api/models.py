@@ -65,3 +65,9 @@ class TaskIn(_Body):
     schedule: str = Field(description="5-field cron, 'every N s|m|h', or an ISO-8601 time")
     prompt: str
     tz: str | None = None
+
+
+class TokenIn(_Body):
+    name: str = Field(max_length=64, description="a-z, 0-9, - and _; not owner")
+    scope: str = Field("read", description="read, routes or admin")
+    folder: str | None = Field(None, description="Confine the token to this folder's tree.")

@@ -1,7 +1,9 @@
 """The HTTP API (INTERFACES §4): thin handlers over the engine's functions.
 
-Every error is ``{"error": "<one sentence>"}`` with 400 (malformed, validation), 401, 404, 409
-or 413. Lists are wrapped (``{"messages": [...]}``); ``metadata`` is always an object.
+Every error is ``{"error": "<one sentence>"}`` with 400 (malformed, validation), 401, 403, 404,
+409 or 413. Who may call what is in :mod:`postroom.api.scopes`; each handler audits its writes
+under the caller's token name and confines them to the token's folder. Lists are wrapped
+(``{"messages": [...]}``); ``metadata`` is always an object.
 """
 
 from __future__ import annotations
@@ -10,27 +12,34 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from fastapi import APIRouter, Body, Query, Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi import APIRouter, Body, Depends, Query, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from postroom.api.models import FolderIn, MessageIn, TaskIn
+from postroom.api.middleware import PRINCIPAL
+from postroom.api.models import FolderIn, MessageIn, TaskIn, TokenIn
 from postroom.core.errors import InvalidInput
-from postroom.core.messages import Attachment, InboundMessage, Verb
+from postroom.core.messages import Attachment, InboundMessage
 from postroom.engine.folders import FolderSpec, folder_to_dict
-from postroom.engine.notices import new_message_id
+from postroom.engine.inbound import build_inbound
+from postroom.engine.preview import DEFAULT_PREVIEW, MAX_PREVIEW
 from postroom.engine.services import Services
 from postroom.engine.signals import Event
 from postroom.engine.tasks import TaskService, task_to_dict
+from postroom.engine.tokens import OWNER, Principal, token_to_dict
 from postroom.engine.turns import job_to_dict
-from postroom.engine.views import drop_to_dict, message_to_dict, run_to_dict
+from postroom.engine.views import (
+    drop_to_dict,
+    message_to_dict,
+    route_change_to_dict,
+    run_to_dict,
+)
 
 __all__ = ["ApiContext", "build_router", "inbound_from_body", "ingest_body"]
 
-ACTOR = "api"
-_VERBS = {v.value for v in Verb}
+SURFACE = "api"
 SSE_KEEPALIVE_S = 15.0
 
 
@@ -46,25 +55,19 @@ class ApiContext:
 
 
 def inbound_from_body(body: MessageIn, *, clock: Callable[[], datetime]) -> InboundMessage:
-    if body.verb not in _VERBS:
-        raise InvalidInput(
-            f"Unknown verb {body.verb!r}; the verbs are {', '.join(sorted(_VERBS))}."
-        )
-    timestamp = body.timestamp or clock()
-    if timestamp.tzinfo is None:
-        timestamp = timestamp.replace(tzinfo=UTC)
-    return InboundMessage(
-        id=body.id if body.id is not None else new_message_id(),
+    return build_inbound(
         chat_jid=body.chat_jid,
         sender=body.sender,
-        content=body.content,
-        timestamp=timestamp,
-        sender_name=body.sender_name,
-        reply_to=body.reply_to,
+        text=body.content,
+        verb=body.verb,
         topic=body.topic,
-        verb=Verb(body.verb),
+        reply_to=body.reply_to,
         mentioned=body.mentioned,
-        attachments=tuple(Attachment(**a.model_dump()) for a in body.attachments),
+        message_id=body.id,
+        sender_name=body.sender_name,
+        timestamp=body.timestamp,
+        attachments=[Attachment(**a.model_dump()) for a in body.attachments],
+        now=None if body.timestamp else clock(),
     )
 
 
@@ -72,6 +75,19 @@ async def ingest_body(services: Services, body: MessageIn) -> dict[str, Any]:
     """``POST /api/v1/messages``: the answer to one inbound message."""
     result = await services.ingest.ingest(inbound_from_body(body, clock=services.clock))
     return result.to_dict()
+
+
+def caller(request: Request) -> Principal:
+    """The token that made the request (set by :class:`~postroom.api.middleware.BearerAuth`)."""
+    principal = request.scope.get(PRINCIPAL)
+    return principal if isinstance(principal, Principal) else OWNER
+
+
+Caller = Depends(caller)
+DryRun = Query(
+    False, description="Answer what the write would do to recent traffic; write nothing."
+)
+PreviewLimit = Query(DEFAULT_PREVIEW, ge=1, le=MAX_PREVIEW, description="Messages to examine.")
 
 
 def build_router(ctx: ApiContext) -> APIRouter:
@@ -85,9 +101,10 @@ def build_router(ctx: ApiContext) -> APIRouter:
         folder: str | None = None,
         after_seq: int | None = Query(None, ge=0),
         limit: int = Query(100, ge=1, le=1000),
+        who: Principal = Caller,
     ) -> dict[str, Any]:
         found = await services.history.messages(
-            chat_jid=chat_jid, folder=folder, after_seq=after_seq, limit=limit
+            chat_jid=chat_jid, folder=folder, after_seq=after_seq, limit=limit, within=who.folder
         )
         return {"messages": [message_to_dict(m) for m in found]}
 
@@ -106,25 +123,53 @@ def build_router(ctx: ApiContext) -> APIRouter:
 
     # -- routes ----------------------------------------------------------------------------------
     @api.get("/routes")
-    async def list_routes() -> dict[str, Any]:
-        return {"routes": [v.to_dict() for v in await services.routes.list_routes()]}
+    async def list_routes(who: Principal = Caller) -> dict[str, Any]:
+        views = await services.routes.list_routes(within=who.folder)
+        return {"routes": [v.to_dict() for v in views]}
 
-    @api.post("/routes", status_code=201)
-    async def add_route(body: dict[str, Any] = Body(...)) -> dict[str, Any]:  # noqa: B008
+    @api.post("/routes", status_code=201, summary="Add a route (or preview it with dry_run)")
+    async def add_route(
+        body: dict[str, Any] = Body(...),  # noqa: B008
+        dry_run: bool = DryRun,
+        limit: int = PreviewLimit,
+        who: Principal = Caller,
+    ) -> Any:
         _only(body, {"seq", "match", "target"}, required={"seq", "target"})
+        seq, match, target = body["seq"], body.get("match", ""), body["target"]
+        if dry_run:
+            preview = await services.routes.preview_add(
+                seq, match, target, within=who.folder, limit=limit
+            )
+            return JSONResponse(preview.to_dict())
         route_id = await services.routes.add_route(
-            body["seq"], body.get("match", ""), body["target"], actor=ACTOR
+            seq, match, target, actor=who.actor(SURFACE), within=who.folder
         )
         return {"id": route_id}
 
-    @api.put("/routes")
-    async def set_routes(body: Any = Body(...)) -> dict[str, Any]:  # noqa: B008
-        views = await services.routes.set_routes(body, actor=ACTOR)
+    @api.put("/routes", summary="Replace the route table (or preview it with dry_run)")
+    async def set_routes(
+        body: Any = Body(...),  # noqa: B008
+        dry_run: bool = DryRun,
+        limit: int = PreviewLimit,
+        who: Principal = Caller,
+    ) -> dict[str, Any]:
+        if dry_run:
+            preview = await services.routes.preview_routes(body, within=who.folder, limit=limit)
+            return preview.to_dict()
+        views = await services.routes.set_routes(body, actor=who.actor(SURFACE), within=who.folder)
         return {"routes": [v.to_dict() for v in views]}
 
-    @api.delete("/routes/{route_id}", status_code=204)
-    async def delete_route(route_id: int) -> Response:
-        await services.routes.delete_route(route_id, actor=ACTOR)
+    @api.delete("/routes/{route_id}", status_code=204, summary="Remove a route")
+    async def delete_route(
+        route_id: int,
+        dry_run: bool = DryRun,
+        limit: int = PreviewLimit,
+        who: Principal = Caller,
+    ) -> Response:
+        if dry_run:
+            preview = await services.routes.preview_delete(route_id, within=who.folder, limit=limit)
+            return JSONResponse(preview.to_dict())
+        await services.routes.delete_route(route_id, actor=who.actor(SURFACE), within=who.folder)
         return Response(status_code=204)
 
     @api.post("/routes/explain", summary="The decision for a hypothetical message")
@@ -134,20 +179,60 @@ def build_router(ctx: ApiContext) -> APIRouter:
         decision = await services.router.explain(message)
         return decision.to_dict()
 
+    @api.post("/routes/preview", summary="What a proposed table would do to recent traffic")
+    async def preview(
+        body: Any = Body(...),  # noqa: B008
+        limit: int = PreviewLimit,
+        who: Principal = Caller,
+    ) -> dict[str, Any]:
+        found = await services.routes.preview_routes(body, within=who.folder, limit=limit)
+        return found.to_dict()
+
+    @api.get("/routes/history", summary="Who changed the route table, when and how")
+    async def route_history(
+        limit: int = Query(20, ge=1, le=10_000), who: Principal = Caller
+    ) -> dict[str, Any]:
+        entries = await services.history.route_changes(limit=limit, within=who.folder)
+        return {"history": [route_change_to_dict(e) for e in entries]}
+
     # -- folders --------------------------------------------------------------------------------
     @api.get("/folders")
-    async def list_folders() -> dict[str, Any]:
-        return {"folders": [folder_to_dict(f) for f in await services.folders.list_folders()]}
+    async def list_folders(who: Principal = Caller) -> dict[str, Any]:
+        found = await services.folders.list_folders(within=who.folder)
+        return {"folders": [folder_to_dict(f) for f in found]}
 
     @api.post("/folders", status_code=201)
-    async def add_folder(body: FolderIn) -> dict[str, Any]:
+    async def add_folder(body: FolderIn, who: Principal = Caller) -> dict[str, Any]:
         spec = FolderSpec.from_mapping(body.settings())
-        folder = await services.folders.add_folder(body.path, spec, actor=ACTOR)
+        folder = await services.folders.add_folder(
+            body.path, spec, actor=who.actor(SURFACE), within=who.folder
+        )
         return folder_to_dict(folder)
 
+    @api.get("/folders/{path:path}")
+    async def get_folder(path: str, who: Principal = Caller) -> dict[str, Any]:
+        return folder_to_dict(await services.folders.get_folder(path, within=who.folder))
+
     @api.delete("/folders/{path:path}", status_code=204)
-    async def delete_folder(path: str) -> Response:
-        await services.folders.remove_folder(path, actor=ACTOR)
+    async def delete_folder(path: str, who: Principal = Caller) -> Response:
+        await services.folders.remove_folder(path, actor=who.actor(SURFACE), within=who.folder)
+        return Response(status_code=204)
+
+    # -- tokens ---------------------------------------------------------------------------------
+    @api.get("/tokens", summary="Named tokens (never their secrets)")
+    async def list_tokens() -> dict[str, Any]:
+        return {"tokens": [token_to_dict(t) for t in await services.tokens.list()]}
+
+    @api.post("/tokens", status_code=201, summary="Make a token; its secret is in this answer only")
+    async def add_token(body: TokenIn, who: Principal = Caller) -> dict[str, Any]:
+        made = await services.tokens.add(
+            body.name, scope=body.scope, folder=body.folder, actor=who.actor(SURFACE)
+        )
+        return made.to_dict()
+
+    @api.delete("/tokens/{name}", status_code=204)
+    async def delete_token(name: str, who: Principal = Caller) -> Response:
+        await services.tokens.remove(name, actor=who.actor(SURFACE))
         return Response(status_code=204)
 
     # -- tasks ----------------------------------------------------------------------------------
@@ -156,14 +241,14 @@ def build_router(ctx: ApiContext) -> APIRouter:
         return {"tasks": [task_to_dict(t) for t in await ctx.tasks.list()]}
 
     @api.post("/tasks", status_code=201)
-    async def add_task(body: TaskIn) -> dict[str, Any]:
+    async def add_task(body: TaskIn, who: Principal = Caller) -> dict[str, Any]:
         task = await ctx.tasks.add(
             folder=body.folder,
             chat_jid=body.chat_jid,
             schedule=body.schedule,
             prompt=body.prompt,
             tz=body.tz,
-            actor=ACTOR,
+            actor=who.actor(SURFACE),
         )
         return task_to_dict(task)
 
@@ -183,9 +268,11 @@ def build_router(ctx: ApiContext) -> APIRouter:
     # -- jobs, runs, drops ----------------------------------------------------------------------
     @api.get("/jobs")
     async def list_jobs(
-        status: str | None = None, limit: int = Query(100, ge=1, le=1000)
+        status: str | None = None,
+        limit: int = Query(100, ge=1, le=1000),
+        who: Principal = Caller,
     ) -> dict[str, Any]:
-        jobs = await services.turns.list_jobs(status=status, limit=limit)
+        jobs = await services.turns.list_jobs(status=status, limit=limit, within=who.folder)
         return {"jobs": [job_to_dict(j) for j in jobs]}
 
     @api.post("/jobs/{job_id}/retry")
@@ -197,8 +284,8 @@ def build_router(ctx: ApiContext) -> APIRouter:
         return job_to_dict(await services.turns.cancel(job_id))
 
     @api.get("/runs/{run_id}")
-    async def get_run(run_id: int) -> dict[str, Any]:
-        return run_to_dict(await services.history.run(run_id))
+    async def get_run(run_id: int, who: Principal = Caller) -> dict[str, Any]:
+        return run_to_dict(await services.history.run(run_id, within=who.folder))
 
     @api.get("/providers", summary="Configured providers and their accounts' cooldowns")
     async def list_providers() -> dict[str, Any]:

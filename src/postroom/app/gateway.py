@@ -47,6 +47,7 @@ from postroom.engine.signals import Signals
 from postroom.engine.tasks import Scheduler, TaskService
 from postroom.engine.worker import WorkerPool
 from postroom.llm.base import Provider
+from postroom.mcp import McpEndpoint, allowed_hosts
 from postroom.store.protocol import Store
 
 __all__ = ["Gateway", "check_bind", "serve"]
@@ -107,6 +108,8 @@ class Gateway:
     metrics: PrometheusMetrics
     channels: ChannelHost
     providers: Mapping[str, Provider] = field(default_factory=dict)
+    #: ``/mcp``, unless ``[mcp] enabled = false``.
+    mcp: McpEndpoint | None = None
 
     @classmethod
     async def build(
@@ -159,6 +162,12 @@ class Gateway:
         sinks, webhooks = build_sinks(config)
         host = ChannelHost(adapters, signals=signals, sinks=sinks)
         voice = transcriber(config)
+        http = build_http(
+            services, data_dir, config, providers=models, channels=host, metrics=metrics
+        )
+        mcp = _mcp_endpoint(services, config)
+        if mcp is not None:
+            http.router.routes.append(mcp.route())
         return cls(
             config=config,
             services=services,
@@ -176,14 +185,13 @@ class Gateway:
                 tick_s=config.scheduler.tick_s,
             ),
             feed=MessageFeed(store=store, signals=signals),
-            http=build_http(
-                services, data_dir, config, providers=models, channels=host, metrics=metrics
-            ),
+            http=http,
             transcriber=voice,
             webhooks=webhooks,
             metrics=metrics,
             channels=host,
             providers=models,
+            mcp=mcp,
         )
 
     _stop: asyncio.Event | None = None
@@ -240,7 +248,7 @@ class Gateway:
             asyncio.create_task(self.scheduler.run(), name="scheduler"),
             asyncio.create_task(self.feed.run(), name="feed"),
         ]
-        serving = asyncio.create_task(server.serve(sockets=[listener]), name="http")
+        serving = asyncio.create_task(_serve_http(server, listener, self.mcp), name="http")
         listening = asyncio.create_task(server.listening.wait(), name="http-listening")
         await asyncio.wait({serving, listening}, return_when=asyncio.FIRST_COMPLETED)
         if serving.done():
@@ -280,6 +288,18 @@ class Gateway:
             await self.webhooks.close()
         await close_providers(self.providers)
         await self.services.close()
+
+
+async def _serve_http(server: _Server, listener: socket.socket, mcp: McpEndpoint | None) -> None:
+    """Serve HTTP; ``/mcp``'s session manager runs exactly as long (it answers only there)."""
+    async with mcp.running() if mcp is not None else contextlib.nullcontext():
+        await server.serve(sockets=[listener])
+
+
+def _mcp_endpoint(services: Services, config: Config) -> McpEndpoint | None:
+    if not config.mcp.enabled:
+        return None
+    return McpEndpoint(services, hosts=allowed_hosts(config.server.host, config.mcp.allowed_hosts))
 
 
 def _listen(host: str, port: int) -> socket.socket:

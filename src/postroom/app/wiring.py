@@ -119,6 +119,7 @@ def build_services(
         signals=signals,
         metrics=metrics,
         tick_s=config.scheduler.tick_s,
+        api_token=config.api.token,
     )
 
 
@@ -314,7 +315,6 @@ def build_http(
             provider_status=lambda: provider_status(providers),
             channel_status=channels.status,
         ),
-        token=config.api.token,
         body_limit=config.limits.body_bytes,
     )
     web = WebChat(

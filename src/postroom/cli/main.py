@@ -11,7 +11,7 @@ import typer
 
 from postroom import __version__
 from postroom.app.detect import ECHO_HINT, detect_provider
-from postroom.cli import folders, jobs, messages, routes, tasks
+from postroom.cli import folders, jobs, messages, routes, tasks, tokens
 from postroom.cli.channels import channels
 from postroom.cli.chat import chat
 from postroom.cli.common import (
@@ -24,6 +24,7 @@ from postroom.cli.common import (
     services_for,
     stdout,
 )
+from postroom.cli.mcp import mcp
 from postroom.cli.ops import doctor, usage
 from postroom.cli.serve import serve
 from postroom.config import DATABASE_FILE, initial_config_text
@@ -45,12 +46,14 @@ app.add_typer(routes.app, name="routes")
 app.add_typer(jobs.app, name="jobs")
 app.add_typer(jobs.runs_app, name="runs")
 app.add_typer(tasks.app, name="tasks")
+app.add_typer(tokens.app, name="tokens")
 messages.register(app)
 app.command("serve")(serve)
 app.command("usage")(usage)
 app.command("doctor")(doctor)
 app.command("chat")(chat)
 app.command("channels")(channels)
+app.command("mcp")(mcp)
 
 
 def _version(value: bool) -> None:

@@ -7,9 +7,9 @@ from typing import Annotated
 import typer
 
 from postroom.cli.common import context, fail, print_json, run, services_for
-from postroom.cli.inbound import build_inbound
 from postroom.cli.render import print_decision, print_drops, print_messages
 from postroom.core.messages import StoredMessage
+from postroom.engine.inbound import build_inbound
 from postroom.engine.ingest import IngestResult
 from postroom.engine.views import drop_to_dict, message_to_dict
 from postroom.store.records import DropRecord

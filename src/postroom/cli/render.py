@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from rich.table import Table
 from rich.text import Text
 
 from postroom.cli.common import stdout
 from postroom.core.decision import Action, Decision
 from postroom.core.messages import MessageType, StoredMessage
+from postroom.engine.preview import RoutePreview
 from postroom.store.records import DropRecord
 
-__all__ = ["message_line", "print_decision", "print_drops", "print_messages"]
+__all__ = ["message_line", "print_decision", "print_drops", "print_messages", "print_preview"]
 
 _ACTION_STYLE = {
     Action.FIRE: "bold green",
@@ -42,6 +44,28 @@ def print_decision(decision: Decision) -> None:
     if decision.job_id is not None:
         stdout.print(f"job:     {decision.job_id}")
     stdout.print(Text(f"reason:  {decision.reason}", style="dim"))
+
+
+def print_preview(preview: RoutePreview) -> None:
+    """What a route change would do: the messages whose decision would change."""
+    count = len(preview.messages)
+    stdout.print(
+        f"Examined {preview.examined} recent message(s); "
+        + (f"{count} would be routed differently:" if count else "none would change.")
+    )
+    if not count:
+        return
+    table = Table("message", "chat", "text", "now", "after the change")
+    for item in preview.messages:
+        text = "(dropped: not stored)" if item.content is None else item.content
+        table.add_row(item.id, item.chat_jid, text, _decided(item.before), _decided(item.after))
+    stdout.print(table)
+
+
+def _decided(decision: Decision) -> str:
+    where = f" → {decision.folder}" if decision.folder else ""
+    topic = f" #{decision.topic}" if decision.topic else ""
+    return f"{decision.action.value}{where}{topic}"
 
 
 def message_line(message: StoredMessage) -> Text:

@@ -1,4 +1,4 @@
-"""``postroom routes add|list|rm|set|explain|history``."""
+"""``postroom routes add|list|rm|set|preview|explain|history``."""
 
 from __future__ import annotations
 
@@ -10,11 +10,22 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from postroom.cli.common import actor, context, fail, print_json, run, services_for, stdout
-from postroom.cli.inbound import build_inbound
-from postroom.cli.render import print_decision
+from postroom.cli.common import (
+    CliContext,
+    actor,
+    context,
+    fail,
+    print_json,
+    run,
+    services_for,
+    stdout,
+)
+from postroom.cli.render import print_decision, print_preview
 from postroom.core.decision import Decision
+from postroom.engine.inbound import build_inbound
+from postroom.engine.preview import DEFAULT_PREVIEW, MAX_PREVIEW, RoutePreview
 from postroom.engine.routes import RouteView
+from postroom.engine.views import route_change_to_dict
 from postroom.store.records import RouteAuditRecord, RouteRecord
 
 __all__ = ["app"]
@@ -22,6 +33,25 @@ __all__ = ["app"]
 app = typer.Typer(help="Manage the route table.", no_args_is_help=True)
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
+DryRunOption = Annotated[
+    bool,
+    typer.Option(
+        "--dry-run", help="Change nothing; show what the change would do to recent messages."
+    ),
+]
+LimitOption = Annotated[
+    int,
+    typer.Option(
+        "--limit", min=1, max=MAX_PREVIEW, help="How many recent messages a preview examines."
+    ),
+]
+
+
+def _show_preview(preview: RoutePreview, as_json: bool) -> None:
+    if as_json:
+        print_json(preview.to_dict())
+    else:
+        print_preview(preview)
 
 
 @app.command("add")
@@ -32,10 +62,20 @@ def add(
     match: Annotated[
         str, typer.Option("--match", help='key=pattern tests, e.g. "platform=telegram"')
     ] = "",
+    dry_run: DryRunOption = False,
+    limit: LimitOption = DEFAULT_PREVIEW,
     as_json: JsonOption = False,
 ) -> None:
     """Add a route; prints its id."""
     cli = context(ctx)
+    if dry_run:
+
+        async def preview() -> RoutePreview:
+            async with services_for(cli) as services:
+                return await services.routes.preview_add(seq, match, target, limit=limit)
+
+        _show_preview(run(preview), as_json)
+        return
 
     async def body() -> int:
         async with services_for(cli) as services:
@@ -80,10 +120,20 @@ def list_(ctx: typer.Context, as_json: JsonOption = False) -> None:
 def rm(
     ctx: typer.Context,
     route_id: Annotated[int, typer.Argument(help="The route's id.")],
+    dry_run: DryRunOption = False,
+    limit: LimitOption = DEFAULT_PREVIEW,
     as_json: JsonOption = False,
 ) -> None:
     """Remove a route."""
     cli = context(ctx)
+    if dry_run:
+
+        async def preview() -> RoutePreview:
+            async with services_for(cli) as services:
+                return await services.routes.preview_delete(route_id, limit=limit)
+
+        _show_preview(run(preview), as_json)
+        return
 
     async def body() -> RouteRecord:
         async with services_for(cli) as services:
@@ -105,21 +155,52 @@ def set_(
     scope: Annotated[
         str | None, typer.Option(help="Replace only the rows targeting inside this folder.")
     ] = None,
+    dry_run: DryRunOption = False,
+    limit: LimitOption = DEFAULT_PREVIEW,
     as_json: JsonOption = False,
 ) -> None:
     """Replace the whole route table atomically (or only the rows under --scope)."""
     cli = context(ctx)
     rows = _read_rows(file)
+    if dry_run:
+        _preview_rows(cli, rows, scope, limit, as_json)
+        return
 
     async def body() -> list[RouteView]:
         async with services_for(cli) as services:
-            return await services.routes.set_routes(rows, actor=actor(), scope=scope)
+            return await services.routes.set_routes(rows, actor=actor(), within=scope)
 
     views = run(body)
     if as_json:
         print_json([v.to_dict() for v in views])
     else:
         stdout.print(f"The route table now has {len(views)} row(s).")
+
+
+@app.command("preview")
+def preview(
+    ctx: typer.Context,
+    file: Annotated[
+        str,
+        typer.Argument(help="A proposed table: a JSON array of {seq, match, target}; - for stdin."),
+    ],
+    scope: Annotated[
+        str | None, typer.Option(help="The rows are only those targeting inside this folder.")
+    ] = None,
+    limit: LimitOption = DEFAULT_PREVIEW,
+    as_json: JsonOption = False,
+) -> None:
+    """What a proposed table would do to the last --limit real messages: those whose action,
+    folder or topic would change. Changes nothing."""
+    _preview_rows(context(ctx), _read_rows(file), scope, limit, as_json)
+
+
+def _preview_rows(cli: CliContext, rows: Any, scope: str | None, limit: int, as_json: bool) -> None:
+    async def body() -> RoutePreview:
+        async with services_for(cli) as services:
+            return await services.routes.preview_routes(rows, within=scope, limit=limit)
+
+    _show_preview(run(body), as_json)
 
 
 @app.command("explain")
@@ -177,22 +258,9 @@ def history(
 
     entries = run(body)
     if as_json:
-        print_json(
-            [
-                {
-                    "id": e.id,
-                    "at": e.at.isoformat(),
-                    "actor": e.actor,
-                    "action": e.action,
-                    "route_id": e.route_id,
-                    "before": e.before,
-                    "after": e.after,
-                }
-                for e in entries
-            ]
-        )
+        print_json([route_change_to_dict(e) for e in entries])
         return
-    table = Table("at", "actor", "action", "route", "change")
+    table = Table("time", "actor", "action", "route", "change")
     for e in entries:
         table.add_row(
             e.at.strftime("%Y-%m-%d %H:%M:%S"),

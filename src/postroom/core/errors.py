@@ -12,6 +12,7 @@ the Python API itself (a wrong argument type) stays a plain ``TypeError``/``Valu
     │   ├── FolderNameError     a folder path outside ``[a-z0-9_-]+(/[a-z0-9_-]+)*``
     │   ├── ConfigError         a bad key or value in postroom.toml or the environment
     │   └── TooLarge            content or a body over its configured limit (HTTP 413)
+    ├── Forbidden               a token acting outside its scope or its folder (HTTP 403)
     ├── NotFound                a folder, route, message ... that does not exist (HTTP 404)
     └── Conflict                a write that contradicts stored state (HTTP 409)
 
@@ -24,6 +25,7 @@ __all__ = [
     "ConfigError",
     "Conflict",
     "FolderNameError",
+    "Forbidden",
     "InvalidInput",
     "JidError",
     "MatchSyntaxError",
@@ -64,6 +66,10 @@ class ConfigError(InvalidInput):
 
 class TooLarge(InvalidInput):
     """Input over a configured size limit; refused, never truncated."""
+
+
+class Forbidden(PostroomError):
+    """A token asked for something outside its scope or outside its folder; nothing changed."""
 
 
 class NotFound(PostroomError):

@@ -12,23 +12,27 @@ from postroom.engine.clock import Clock, system_clock
 from postroom.engine.compaction import CompactionSettings, Compactor
 from postroom.engine.context_builder import ContextBuilder, ContextSettings
 from postroom.engine.delivery import DeliveryLoop, DeliverySettings, SinkRouter
+from postroom.engine.engagement import Disengaged, disengage
 from postroom.engine.feed import MessageFeed
 from postroom.engine.folders import FolderService, FolderSpec, folder_to_dict
 from postroom.engine.history import History
 from postroom.engine.ingest import IngestLimits, Ingestor, IngestResult
 from postroom.engine.memory import MemoryService
 from postroom.engine.notices import host_message, post_notice, store_message_direct
+from postroom.engine.preview import RoutePreview, preview_traffic
 from postroom.engine.router import Router
 from postroom.engine.routes import RouteService, RouteView
 from postroom.engine.runner import AgentResult, AgentRunner, ProviderRunner
 from postroom.engine.services import Services
 from postroom.engine.signals import EventBus, Signals
 from postroom.engine.tasks import Scheduler, TaskService
+from postroom.engine.tokens import OWNER, NewToken, Principal, Scope, TokenService
 from postroom.engine.tools import ToolFactory
 from postroom.engine.turns import QueueSettings, TurnService
 from postroom.engine.worker import WorkerPool
 
 __all__ = [
+    "OWNER",
     "AgentResult",
     "AgentRunner",
     "AnswerWriter",
@@ -42,6 +46,7 @@ __all__ = [
     "ContextSettings",
     "DeliveryLoop",
     "DeliverySettings",
+    "Disengaged",
     "EventBus",
     "FolderService",
     "FolderSpec",
@@ -51,23 +56,30 @@ __all__ = [
     "Ingestor",
     "MemoryService",
     "MessageFeed",
+    "NewToken",
+    "Principal",
     "ProviderRunner",
     "QueueSettings",
+    "RoutePreview",
     "RouteService",
     "RouteView",
     "Router",
     "Scheduler",
+    "Scope",
     "Services",
     "Signals",
     "SinkRouter",
     "TaskService",
+    "TokenService",
     "ToolFactory",
     "TurnService",
     "WorkerPool",
     "bootstrap",
+    "disengage",
     "folder_to_dict",
     "host_message",
     "post_notice",
+    "preview_traffic",
     "store_message_direct",
     "system_clock",
 ]

@@ -17,7 +17,7 @@ from typing import Any
 import structlog
 
 from postroom.core.durations import format_duration, parse_duration
-from postroom.core.errors import Conflict, InvalidInput, NotFound
+from postroom.core.errors import Conflict, Forbidden, InvalidInput, NotFound
 from postroom.core.folders import (
     BusyPolicy,
     Folder,
@@ -135,20 +135,26 @@ class FolderService:
     def directory(self, path: str) -> Path:
         return self._folders_dir.joinpath(*path.split("/"))
 
-    async def list_folders(self) -> list[Folder]:
+    async def list_folders(self, *, within: str | None = None) -> list[Folder]:
+        """Every folder, or those *within* one folder's tree."""
         async with self._store.read() as tx:
-            return await tx.list_folders()
+            folders = await tx.list_folders()
+        return [f for f in folders if within is None or is_within(f.path, within)]
 
-    async def get_folder(self, path: str) -> Folder:
+    async def get_folder(self, path: str, *, within: str | None = None) -> Folder:
+        _confined(path, within)
         async with self._store.read() as tx:
             folder = await tx.get_folder(path)
         if folder is None:
             raise NotFound(f"There is no folder {path}.")
         return folder
 
-    async def add_folder(self, path: str, spec: FolderSpec, *, actor: str) -> Folder:
+    async def add_folder(
+        self, path: str, spec: FolderSpec, *, actor: str, within: str | None = None
+    ) -> Folder:
         """Create *path* (and its missing parents) with the given settings."""
         validate_folder(path)
+        _confined(path, within)
         directory = self.directory(path)
         existing_file = directory / AGENT_FILE
         from_file = (
@@ -236,9 +242,10 @@ class FolderService:
         log.info("folder.updated", folder=path, actor=actor, changed=sorted(changes))
         return updated
 
-    async def remove_folder(self, path: str, *, actor: str) -> Folder:
+    async def remove_folder(self, path: str, *, actor: str, within: str | None = None) -> Folder:
         """Remove a folder no route and no sub-folder depends on."""
         validate_folder(path)
+        _confined(path, within)
         async with self._store.write() as tx:
             folder = await tx.get_folder(path)
             if folder is None:
@@ -304,6 +311,14 @@ class FolderService:
         archive = self._folders_dir.parent / "removed" / f"{path.replace('/', '__')}.{stamp}"
         archive.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(directory), str(archive))
+
+
+def _confined(path: str, within: str | None) -> None:
+    if within is not None and not is_within(path, within):
+        raise Forbidden(
+            f"Folder {path} lies outside {within}; only {within} and the folders under it are "
+            "reachable here."
+        )
 
 
 def _tuple(value: Any, key: str) -> tuple[str, ...] | None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
+from typing import Any
 
-from postroom.core.errors import NotFound
+from postroom.core.errors import Forbidden, NotFound
+from postroom.core.folders import is_within
 from postroom.core.messages import StoredMessage
 from postroom.store.protocol import Store
 from postroom.store.records import (
@@ -29,8 +32,18 @@ class History:
         folder: str | None = None,
         after_seq: int | None = None,
         limit: int = 100,
+        within: str | None = None,
     ) -> list[StoredMessage]:
-        """The newest *limit* matching messages after *after_seq*, in ``seq`` order."""
+        """The newest *limit* matching messages after *after_seq*, in ``seq`` order.
+
+        *within* a folder's tree, a *folder* under it must be named: a chat's messages may
+        belong to folders outside it.
+        """
+        if within is not None and (folder is None or not is_within(folder, within)):
+            raise Forbidden(
+                f"Only messages of {within} and the folders under it are readable here; name "
+                "one of them as the folder."
+            )
         async with self._store.read() as tx:
             return await tx.list_messages(
                 chat_jid=chat_jid, folder=folder, after_seq=after_seq, limit=limit
@@ -47,14 +60,23 @@ class History:
         async with self._store.read() as tx:
             return await tx.list_drops(limit=limit)
 
-    async def route_changes(self, *, limit: int = 20) -> list[RouteAuditRecord]:
+    async def route_changes(
+        self, *, limit: int = 20, within: str | None = None
+    ) -> list[RouteAuditRecord]:
+        """The newest *limit* writes of the route table, newest first; *within* a folder, only
+        the rows of those writes that target its tree (and the writes that touched any)."""
         async with self._store.read() as tx:
-            return await tx.list_route_audit(limit=limit)
+            entries = await tx.list_route_audit(limit=limit)
+        if within is None:
+            return entries
+        kept = (_confine_entry(entry, within) for entry in entries)
+        return [entry for entry in kept if entry is not None]
 
-    async def run(self, run_id: int) -> RunRecord:
+    async def run(self, run_id: int, *, within: str | None = None) -> RunRecord:
         async with self._store.read() as tx:
             record = await tx.get_run(run_id)
-        if record is None:
+        if record is None or (within is not None and not is_within(record.folder, within)):
+            # A run outside the caller's tree is as good as missing: its id says nothing.
             raise NotFound(f"There is no run {run_id}.")
         return record
 
@@ -67,3 +89,20 @@ class History:
     ) -> list[DeliveryRecord]:
         async with self._store.read() as tx:
             return await tx.list_deliveries(message_id=message_id, status=status, limit=limit)
+
+
+def _row_within(row: Any, within: str) -> bool:
+    target = row.get("target") if isinstance(row, dict) else None
+    return isinstance(target, str) and is_within(target.partition("#")[0], within)
+
+
+def _confine_entry(entry: RouteAuditRecord, within: str) -> RouteAuditRecord | None:
+    def keep(side: Any) -> Any:
+        if isinstance(side, list):
+            return [row for row in side if _row_within(row, within)]
+        return side if side is None or _row_within(side, within) else None
+
+    before, after = keep(entry.before), keep(entry.after)
+    if not before and not after:
+        return None
+    return replace(entry, before=before, after=after)

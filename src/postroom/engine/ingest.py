@@ -335,7 +335,12 @@ def _stored_form(
     elif decision.content is not None and decision.content != message.content:
         metadata["routed_content"] = decision.content
     routed = decision.action in (Action.FIRE, Action.OBSERVE)
-    topic = decision.topic if decision.topic is not None else normalize_topic(message.topic)
+    native = normalize_topic(message.topic) if message.topic else ""
+    topic = decision.topic if decision.topic is not None else native
+    if topic != native:
+        # The stored topic is the turn's; a route preview resolves the message again and
+        # needs the platform's own thread.
+        metadata["native_topic"] = native
     return NewMessage(
         id=message.id,
         chat_jid=message.chat_jid,

@@ -7,23 +7,25 @@ the same way (§2.1), audited (who, when, before, after) and seen by routing on 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from postroom.core.annotate import annotate_routes
-from postroom.core.errors import InvalidInput, NotFound
+from postroom.core.errors import Forbidden, InvalidInput, NotFound
 from postroom.core.folders import is_within
 from postroom.core.match import parse_match
 from postroom.core.route_index import Route, RouteIndex
 from postroom.core.target import parse_target
-from postroom.engine.catalog import Catalog, parse_route
+from postroom.core.trigger import Trigger
+from postroom.engine.catalog import Catalog, CatalogSnapshot, parse_route
 from postroom.engine.clock import Clock
+from postroom.engine.preview import RoutePreview, preview_limit, preview_traffic
 from postroom.store.protocol import Store, StoreTx
 from postroom.store.records import RouteRecord, RouteSpec
 
-__all__ = ["RouteService", "RouteView", "parse_seq", "validate_route"]
+__all__ = ["RouteService", "RouteView", "parse_seq", "validate_route", "validate_rows"]
 
 SEQ_LIMIT = 2**31
 
@@ -106,22 +108,32 @@ def _record_dict(record: RouteRecord) -> dict[str, Any]:
 
 
 class RouteService:
-    """Reads and writes of the route table."""
+    """Reads and writes of the route table, and previews of writes.
 
-    def __init__(self, *, store: Store, catalog: Catalog, clock: Clock) -> None:
+    ``within`` confines a call to the rows whose target lies under one folder (a conductor's
+    own tree, a token confined to a folder): it sees only those rows and may change only them.
+    """
+
+    def __init__(
+        self, *, store: Store, catalog: Catalog, clock: Clock, trigger: Trigger | None = None
+    ) -> None:
         self._store = store
         self._catalog = catalog
         self._clock = clock
+        self._trigger = trigger or Trigger()
 
-    async def list_routes(self) -> list[RouteView]:
+    async def list_routes(self, *, within: str | None = None) -> list[RouteView]:
         async with self._store.read() as tx:
             records = await tx.list_routes()
-        return annotate(records)
+        views = annotate(records)
+        return [v for v in views if within is None or _target_within(v.target, within)]
 
-    async def add_route(self, seq: Any, match: Any, target: Any, *, actor: str) -> int:
+    async def add_route(
+        self, seq: Any, match: Any, target: Any, *, actor: str, within: str | None = None
+    ) -> int:
         async with self._store.write() as tx:
             snapshot = await self._catalog.current(tx)
-            spec = validate_route(seq, match, target, snapshot.paths)
+            spec = _confined(validate_route(seq, match, target, snapshot.paths), within)
             now = self._clock()
             route_id = await tx.insert_route(spec, created_at=now, created_by=actor)
             await tx.add_route_audit(
@@ -135,11 +147,11 @@ class RouteService:
             await self._changed(tx)
         return route_id
 
-    async def delete_route(self, route_id: int, *, actor: str) -> RouteRecord:
+    async def delete_route(
+        self, route_id: int, *, actor: str, within: str | None = None
+    ) -> RouteRecord:
         async with self._store.write() as tx:
-            record = await tx.get_route(route_id)
-            if record is None:
-                raise NotFound(f"There is no route with id {route_id}.")
+            record = await _existing(tx, route_id, within)
             await tx.delete_routes([route_id])
             await tx.add_route_audit(
                 at=self._clock(),
@@ -157,39 +169,15 @@ class RouteService:
         rows: object,
         *,
         actor: str,
-        scope: str | None = None,
+        within: str | None = None,
     ) -> list[RouteView]:
-        """Replace the whole table atomically — or, with *scope*, only the rows whose target
-        lies under that folder (and then every new row must target inside it too)."""
-        if not isinstance(rows, Sequence) or isinstance(rows, (str, bytes)):
-            raise InvalidInput("set_routes takes a list of {seq, match, target} objects.")
+        """Replace the whole table atomically — or, *within* a folder, only the rows whose
+        target lies under it (and then every new row must target inside it too)."""
         async with self._store.write() as tx:
             snapshot = await self._catalog.current(tx)
-            specs: list[RouteSpec] = []
-            for position, row in enumerate(rows, start=1):
-                if not isinstance(row, Mapping):
-                    raise InvalidInput(
-                        f"Route {position} is not an object with seq, match, target."
-                    )
-                unknown = set(row) - {"seq", "match", "target", "id"}
-                if unknown:
-                    raise InvalidInput(
-                        f"Route {position} has unknown field(s) {', '.join(sorted(unknown))}; "
-                        "expected seq, match, target."
-                    )
-                if "seq" not in row or "target" not in row:
-                    raise InvalidInput(f"Route {position} needs both seq and target.")
-                try:
-                    spec = validate_route(
-                        row["seq"], row.get("match", ""), row["target"], snapshot.paths
-                    )
-                except InvalidInput as exc:
-                    raise InvalidInput(f"Route {position}: {exc}") from exc
-                if scope is not None and not _target_within(spec.target, scope):
-                    raise InvalidInput(f"Route {position} targets {spec.target}, outside {scope}.")
-                specs.append(spec)
+            specs = validate_rows(rows, snapshot.paths, within)
             before = await tx.list_routes()
-            replaced = [r for r in before if scope is None or _target_within(r.target, scope)]
+            replaced = [r for r in before if within is None or _target_within(r.target, within)]
             await tx.delete_routes(r.id for r in replaced)
             now = self._clock()
             for spec in specs:
@@ -198,7 +186,7 @@ class RouteService:
             await tx.add_route_audit(
                 at=now,
                 actor=actor,
-                action="set" if scope is None else f"set:{scope}",
+                action="set" if within is None else f"set:{within}",
                 route_id=None,
                 before=[_record_dict(r) for r in before],
                 after=[_record_dict(r) for r in after],
@@ -206,9 +194,130 @@ class RouteService:
             await self._changed(tx)
         return annotate(after)
 
+    # -- previews: the same validation as the writes, nothing written ---------------------------
+    async def preview_routes(
+        self, rows: object, *, within: str | None = None, limit: Any = None
+    ) -> RoutePreview:
+        """What :meth:`set_routes` with *rows* would do to the last *limit* real messages."""
+        count = preview_limit(limit)
+        async with self._store.read() as tx:
+            snapshot = await self._catalog.current(tx)
+            specs = validate_rows(rows, snapshot.paths, within)
+            return await self._preview(
+                tx,
+                snapshot,
+                keep=lambda r: within is not None and not _target_within(r.target_text, within),
+                added=specs,
+                within=within,
+                limit=count,
+            )
+
+    async def preview_add(
+        self, seq: Any, match: Any, target: Any, *, within: str | None = None, limit: Any = None
+    ) -> RoutePreview:
+        """What :meth:`add_route` would do (a dry run)."""
+        count = preview_limit(limit)
+        async with self._store.read() as tx:
+            snapshot = await self._catalog.current(tx)
+            spec = _confined(validate_route(seq, match, target, snapshot.paths), within)
+            return await self._preview(
+                tx, snapshot, keep=lambda _r: True, added=[spec], within=within, limit=count
+            )
+
+    async def preview_delete(
+        self, route_id: int, *, within: str | None = None, limit: Any = None
+    ) -> RoutePreview:
+        """What :meth:`delete_route` would do (a dry run)."""
+        count = preview_limit(limit)
+        async with self._store.read() as tx:
+            await _existing(tx, route_id, within)
+            snapshot = await self._catalog.current(tx)
+            return await self._preview(
+                tx, snapshot, keep=lambda r: r.id != route_id, added=[], within=within, limit=count
+            )
+
+    async def _preview(
+        self,
+        tx: StoreTx,
+        snapshot: CatalogSnapshot,
+        *,
+        keep: Callable[[Route], bool],
+        added: Sequence[RouteSpec],
+        within: str | None,
+        limit: int,
+    ) -> RoutePreview:
+        current = snapshot.index
+        kept = [route for route in current.routes if keep(route)]
+        # New rows sort after every existing row of the same seq, as inserted rows would.
+        next_id = max((route.id for route in current.routes), default=0) + 1
+        fresh = [
+            Route(next_id + n, spec.seq, parse_match(spec.match), parse_target(spec.target))
+            for n, spec in enumerate(added)
+        ]
+        return await preview_traffic(
+            tx,
+            current=current,
+            proposed=RouteIndex([*kept, *fresh]),
+            folders=snapshot.paths,
+            trigger=self._trigger,
+            now=self._clock(),
+            limit=limit,
+            visible=None
+            if within is None
+            else lambda folder: folder is not None and is_within(folder, within),
+        )
+
     async def _changed(self, tx: StoreTx) -> None:
         version = await tx.bump_catalog_version()
         await self._catalog.reload(tx, version)
+
+
+def validate_rows(rows: object, folders: Iterable[str], within: str | None) -> list[RouteSpec]:
+    """A whole proposed table (or the rows *within* a folder), each row validated."""
+    if not isinstance(rows, Sequence) or isinstance(rows, (str, bytes)):
+        raise InvalidInput("set_routes takes a list of {seq, match, target} objects.")
+    paths = set(folders)
+    specs: list[RouteSpec] = []
+    for position, row in enumerate(rows, start=1):
+        if not isinstance(row, Mapping):
+            raise InvalidInput(f"Route {position} is not an object with seq, match, target.")
+        unknown = set(row) - {"seq", "match", "target", "id"}
+        if unknown:
+            raise InvalidInput(
+                f"Route {position} has unknown field(s) {', '.join(sorted(unknown))}; "
+                "expected seq, match, target."
+            )
+        if "seq" not in row or "target" not in row:
+            raise InvalidInput(f"Route {position} needs both seq and target.")
+        try:
+            spec = validate_route(row["seq"], row.get("match", ""), row["target"], paths)
+        except InvalidInput as exc:
+            raise InvalidInput(f"Route {position}: {exc}") from exc
+        if within is not None and not _target_within(spec.target, within):
+            raise Forbidden(f"Route {position} targets {spec.target}, outside {within}.")
+        specs.append(spec)
+    return specs
+
+
+def _confined(spec: RouteSpec, within: str | None) -> RouteSpec:
+    if within is not None and not _target_within(spec.target, within):
+        raise Forbidden(
+            f"Target {spec.target} lies outside {within}; only routes to {within} and the "
+            "folders under it may be changed here."
+        )
+    return spec
+
+
+async def _existing(tx: StoreTx, route_id: int, within: str | None) -> RouteRecord:
+    record = await tx.get_route(route_id)
+    if record is None:
+        raise NotFound(f"There is no route with id {route_id}.")
+    if within is not None and not _target_within(record.target, within):
+        raise Forbidden(
+            f"Route {route_id} targets {record.target}, outside {within}; only routes to "
+            f"{within} and the folders under it may be changed here."
+        )
+    return record
 
 
 def _target_within(target: str, scope: str) -> bool:

@@ -22,6 +22,7 @@ from postroom.engine.router import Router
 from postroom.engine.routes import RouteService
 from postroom.engine.signals import Signals
 from postroom.engine.tasks import DEFAULT_TICK_S, TaskService
+from postroom.engine.tokens import TokenService
 from postroom.engine.turns import QueueSettings, TurnService
 from postroom.store.protocol import Store
 from postroom.store.sqlite import SqliteStore
@@ -40,6 +41,7 @@ class Services:
     turns: TurnService
     tasks: TaskService
     history: History
+    tokens: TokenService
     signals: Signals
     defaults: FolderDefaults
     queue: QueueSettings
@@ -60,6 +62,7 @@ class Services:
         signals: Signals | None = None,
         metrics: Metrics | None = None,
         tick_s: float = DEFAULT_TICK_S,
+        api_token: str = "",
     ) -> Services:
         catalog = Catalog()
         signals = signals or Signals()
@@ -70,7 +73,7 @@ class Services:
             store=store,
             catalog=catalog,
             router=router,
-            routes=RouteService(store=store, catalog=catalog, clock=clock),
+            routes=RouteService(store=store, catalog=catalog, clock=clock, trigger=trigger),
             folders=folders,
             ingest=Ingestor(
                 store=store,
@@ -90,6 +93,7 @@ class Services:
                 store=store, catalog=catalog, signals=signals, clock=clock, tick_s=tick_s
             ),
             history=History(store=store),
+            tokens=TokenService(store=store, clock=clock, owner_secret=api_token),
             signals=signals,
             defaults=defaults,
             queue=queue,
@@ -110,6 +114,7 @@ class Services:
         owners: frozenset[str] = frozenset(),
         signals: Signals | None = None,
         tick_s: float = DEFAULT_TICK_S,
+        api_token: str = "",
     ) -> Services:
         store = await SqliteStore.open(database)
         return cls.build(
@@ -123,6 +128,7 @@ class Services:
             owners=owners,
             signals=signals,
             tick_s=tick_s,
+            api_token=api_token,
         )
 
     async def close(self) -> None:

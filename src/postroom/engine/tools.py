@@ -242,16 +242,11 @@ class TurnToolbox:
 
     async def _delete_route(self, args: dict[str, Any]) -> ToolOutcome:
         route_id = int(args["id"])
-        if self._scope is not None:
-            views = {v.id: v for v in await self._routes.list_routes()}
-            view = views.get(route_id)
-            if view is not None and not is_within(view.target.partition("#")[0], self._scope):
-                return ToolOutcome(f"Route {route_id} is outside {self._folder}.", True)
-        await self._routes.delete_route(route_id, actor=self._actor)
+        await self._routes.delete_route(route_id, actor=self._actor, within=self._scope)
         return ToolOutcome(f"Removed route {route_id}.")
 
     async def _set_routes(self, args: dict[str, Any]) -> ToolOutcome:
-        views = await self._routes.set_routes(args["rows"], actor=self._actor, scope=self._scope)
+        views = await self._routes.set_routes(args["rows"], actor=self._actor, within=self._scope)
         return ToolOutcome(f"The route table has {len(views)} row(s).")
 
     async def _create_folder(self, args: dict[str, Any]) -> ToolOutcome:

@@ -17,7 +17,7 @@ from enum import IntEnum
 from typing import Any
 
 from postroom.core.errors import Conflict, InvalidInput, NotFound
-from postroom.core.folders import BusyPolicy, FolderSettings, Role, Session
+from postroom.core.folders import BusyPolicy, FolderSettings, Role, Session, is_within
 from postroom.engine.clock import Clock
 from postroom.engine.signals import Signals
 from postroom.store.protocol import Store, StoreTx
@@ -162,14 +162,18 @@ class TurnService:
         self._signals = signals
         self._clock = clock
 
-    async def list_jobs(self, *, status: str | None = None, limit: int = 100) -> list[JobRecord]:
+    async def list_jobs(
+        self, *, status: str | None = None, limit: int = 100, within: str | None = None
+    ) -> list[JobRecord]:
+        """The newest *limit* turns (of one status), those of a folder's tree *within* one."""
         if status is not None and status not in {s.value for s in JobStatus}:
             raise InvalidInput(
                 f"Unknown job status {status!r}; use one of "
                 f"{', '.join(s.value for s in JobStatus)}."
             )
         async with self._store.read() as tx:
-            return await tx.list_jobs(status=status, limit=limit)
+            jobs = await tx.list_jobs(status=status, limit=limit)
+        return [job for job in jobs if within is None or is_within(job.folder, within)]
 
     async def get_job(self, job_id: int) -> JobRecord:
         async with self._store.read() as tx:

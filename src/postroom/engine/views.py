@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from postroom.core.messages import StoredMessage
-from postroom.store.records import DropRecord, RunRecord
+from postroom.store.records import DropRecord, RouteAuditRecord, RunRecord
 
-__all__ = ["drop_to_dict", "message_to_dict", "run_to_dict"]
+__all__ = ["drop_to_dict", "message_to_dict", "route_change_to_dict", "run_to_dict"]
 
 
 def message_to_dict(message: StoredMessage) -> dict[str, Any]:
@@ -62,4 +62,17 @@ def run_to_dict(run: RunRecord) -> dict[str, Any]:
         "error": run.error,
         "started_at": run.started_at.isoformat(),
         "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+    }
+
+
+def route_change_to_dict(entry: RouteAuditRecord) -> dict[str, Any]:
+    """One write of the route table: who, when, what it held before and after."""
+    return {
+        "id": entry.id,
+        "time": entry.at.isoformat(),
+        "actor": entry.actor,
+        "action": entry.action,
+        "route_id": entry.route_id,
+        "before": entry.before,
+        "after": entry.after,
     }

@@ -33,6 +33,7 @@ from postroom.store.records import (
     RouteSpec,
     RunRecord,
     TaskRecord,
+    TokenRecord,
     UsageRow,
 )
 
@@ -119,6 +120,10 @@ class StoreTx(Protocol):
 
     async def end_engagements(self, chat_jid: str) -> int: ...
 
+    async def end_engagement(self, chat_jid: str, topic: str) -> int:
+        """End the engagement of one ``(chat, topic)``; return how many rows went (0 or 1)."""
+        ...
+
     async def claim_missing_notice(
         self, chat_jid: str, *, now: datetime, interval_s: float
     ) -> bool:
@@ -159,6 +164,11 @@ class StoreTx(Protocol):
     async def insert_drop(self, drop: DropRecord) -> None: ...
 
     async def list_drops(self, *, limit: int) -> list[DropRecord]: ...
+
+    async def recent_inbound(self, *, limit: int) -> list[StoredMessage]:
+        """The newest *limit* stored inbound user messages (not the gateway's own), newest
+        first."""
+        ...
 
     # -- messages, continued -----------------------------------------------------------------
     async def get_messages_since(
@@ -389,6 +399,17 @@ class StoreTx(Protocol):
     async def due_tasks(self, *, now: datetime) -> list[TaskRecord]: ...
 
     async def task_has_open_job(self, task_id: int) -> bool: ...
+
+    # -- named tokens -----------------------------------------------------------------------------
+    async def insert_token(self, token: TokenRecord, *, secret_hash: str) -> None: ...
+
+    async def list_tokens(self) -> list[TokenRecord]: ...
+
+    async def find_token(self, secret_hash: str) -> TokenRecord | None:
+        """The token whose secret hashes to *secret_hash* (one indexed read)."""
+        ...
+
+    async def delete_token(self, name: str) -> bool: ...
 
 
 class Store(Protocol):

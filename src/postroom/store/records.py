@@ -27,6 +27,7 @@ __all__ = [
     "RouteSpec",
     "RunRecord",
     "TaskRecord",
+    "TokenRecord",
     "UsageRow",
 ]
 
@@ -260,6 +261,17 @@ class TaskRecord:
     next_run: datetime | None
     last_run: datetime | None
     last_status: str | None
+    created_at: datetime
+    created_by: str
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRecord:
+    """A named API and MCP token; the secret itself is never stored, only its hash."""
+
+    name: str
+    scope: str
+    folder: str | None
     created_at: datetime
     created_by: str
 

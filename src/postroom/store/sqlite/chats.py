@@ -61,6 +61,11 @@ class ChatStatements(Statements):
     async def end_engagements(self, chat_jid: str) -> int:
         return await self._run("DELETE FROM engagements WHERE chat_jid = ?", (chat_jid,))
 
+    async def end_engagement(self, chat_jid: str, topic: str) -> int:
+        return await self._run(
+            "DELETE FROM engagements WHERE chat_jid = ? AND topic = ?", (chat_jid, topic)
+        )
+
     async def claim_missing_notice(
         self, chat_jid: str, *, now: datetime, interval_s: float
     ) -> bool:

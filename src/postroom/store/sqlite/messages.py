@@ -233,6 +233,14 @@ class MessageStatements(Statements):
         )
         return [DropRecord(r[0], r[1], from_iso(r[2]), r[3], r[4], r[5]) for r in rows]
 
+    async def recent_inbound(self, *, limit: int) -> list[StoredMessage]:
+        rows = await self._all(
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE message_type = 'user' "
+            "AND is_from_me = 0 ORDER BY seq DESC LIMIT ?",
+            (limit,),
+        )
+        return [message_from_row(row) for row in rows]
+
 
 def message_from_row(row: Any) -> StoredMessage:
     return StoredMessage(

@@ -25,6 +25,7 @@ from postroom.store.sqlite.migrate import apply_migrations
 from postroom.store.sqlite.outbox import OutboxStatements
 from postroom.store.sqlite.queue import QueueStatements
 from postroom.store.sqlite.runs import RunStatements
+from postroom.store.sqlite.tokens import TokenStatements
 
 __all__ = ["SqliteStore", "SqliteTx"]
 
@@ -42,6 +43,7 @@ class SqliteTx(
     OutboxStatements,
     RunStatements,
     MemoryStatements,
+    TokenStatements,
     StoreTx,
 ):
     """Every statement postroom runs, on the connection of one transaction."""
