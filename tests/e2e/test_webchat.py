@@ -150,6 +150,38 @@ def test_type_see_answer_typing_and_host_notice(server: Server, browser: Browser
 
 
 @pytest.mark.timeout(120)
+def test_an_answer_renders_its_markdown_and_never_runs_html(
+    server: Server, browser: Browser
+) -> None:
+    page = _open(browser, server.url + "/chat/markdown")
+    # The echo provider answers with the text it was sent: the answer is this Markdown.
+    _send(
+        page,
+        "Steps:\n\n- first **step**\n- second\n\n```python\nprint(1 < 2)\n```\n\n"
+        "See [the docs](https://example.org/docs) or [local](/etc/passwd).\n\n"
+        "<script>window.injected = 1</script> <img src=x onerror=window.injected=2>",
+    )
+    answer = page.locator('[data-testid="message"][data-type="assistant"]')
+    expect(answer).to_have_count(1, timeout=15_000)
+    body = answer.locator(".md")
+    expect(body.locator("ul > li")).to_have_count(2)
+    expect(body.locator("ul > li").first.locator("strong")).to_have_text("step")
+    expect(body.locator("pre code")).to_have_text("print(1 < 2)")
+    expect(body.locator(".codeblock-lang")).to_have_text("python")
+    link = body.locator("a", has_text="the docs")
+    expect(link).to_have_attribute("href", "https://example.org/docs")
+    expect(link).to_have_attribute("rel", "noopener noreferrer")
+    # A link the page will not open reads as its label and address, as on Telegram.
+    expect(body).to_contain_text("local (/etc/passwd)")
+    assert body.locator('a[href*="passwd"]').count() == 0
+    # Raw HTML in an answer is text: shown, never parsed, never run.
+    expect(body).to_contain_text("<script>window.injected = 1</script>")
+    expect(body).to_contain_text("<img src=x onerror=window.injected=2>")
+    assert body.locator("script, img").count() == 0
+    assert page.evaluate("window.injected") is None
+
+
+@pytest.mark.timeout(120)
 def test_operator_sees_other_chats_live(server: Server, browser: Browser) -> None:
     operator = _open(browser, f"{server.url}/?token={server.token}")
     expect(operator.locator("#operator")).to_be_visible()
