@@ -25,7 +25,7 @@ from postroom.engine.runner import AgentResult, Toolbox
 from postroom.engine.signals import Signals
 from postroom.engine.turns import QueueSettings
 from postroom.engine.worker import ContextSettings, WorkerPool
-from postroom.llm import EchoProvider, ModelRequest, ProviderError
+from postroom.llm import EchoProvider, ModelRequest, ProviderError, TextSink
 from postroom.store import SqliteStore, Store, StoreTx
 from postroom.store.records import JobRecord, JobStatus
 
@@ -75,6 +75,7 @@ class GatedRunner:
         *,
         settings: FolderSettings,
         toolbox: Toolbox | None = None,
+        sink: TextSink | None = None,
     ) -> AgentResult:
         index = len(self.requests)
         key = (settings.path, chat_of(request))

@@ -25,7 +25,7 @@ from postroom.engine.runner import AgentResult, AgentRunner, ProviderRunner, Too
 from postroom.engine.signals import Event, Signals
 from postroom.engine.turns import QueueSettings
 from postroom.engine.worker import ContextSettings, WorkerPool
-from postroom.llm import EchoProvider, ModelRequest, ProviderError
+from postroom.llm import EchoProvider, ModelRequest, ProviderError, TextSink
 from postroom.store import NewMessage, SqliteStore
 from postroom.store.records import JobRecord, JobStatus, RunRecord
 from postroom.store.sqlite import base as sqlite_base
@@ -73,6 +73,7 @@ class GatedRunner:
         *,
         settings: FolderSettings,
         toolbox: Toolbox | None = None,
+        sink: TextSink | None = None,
     ) -> AgentResult:
         index = len(self.requests)
         key = (settings.path, chat_of(request))

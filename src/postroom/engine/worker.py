@@ -33,6 +33,7 @@ from postroom.engine.metrics import Metrics, NullMetrics
 from postroom.engine.notices import post_notice
 from postroom.engine.runner import AgentResult, AgentRunner
 from postroom.engine.signals import Signals
+from postroom.engine.streaming import AnswerStream
 from postroom.engine.tools import ToolFactory, TurnToolbox
 from postroom.engine.turns import QueueSettings
 from postroom.llm.base import ModelRequest, ProviderError
@@ -253,6 +254,7 @@ class WorkerPool:
                 asyncio.create_task(self._keep_typing(chats, job.folder), name=f"typing-{job.id}")
             )
         request: ModelRequest | None = None
+        stream: AnswerStream | None = None
         begun = time.monotonic()
 
         def elapsed_ms() -> int:
@@ -262,10 +264,15 @@ class WorkerPool:
             prepared = await self._context.build(job, settings)
             request = prepared.request
             toolbox = self._toolbox(job, settings, chats)
-            result = await self._runner.run(request, settings=settings, toolbox=toolbox)
-            await self._succeed(
+            stream = self._stream(job, settings, prepared.answer_chat)
+            result = await self._runner.run(
+                request, settings=settings, toolbox=toolbox, sink=stream
+            )
+            answer_id = await self._succeed(
                 job, token, settings, result, toolbox, prepared.answer_chat, chats, elapsed_ms()
             )
+            if stream is not None:
+                stream.close(answer_id)
         except asyncio.CancelledError:
             reason = entry.reason or "cancelled"
             if reason != "shutdown" and request is not None:
@@ -280,10 +287,27 @@ class WorkerPool:
             error = f"{type(exc).__name__}: {exc}"
             await self._failed(job, token, settings, request, error, True, elapsed_ms())
         finally:
+            if stream is not None:
+                stream.close(None)  # no answer (a no-op after the answer closed it)
             for helper in helpers:
                 helper.cancel()
             for chat_jid in chats:
                 self._signals.typing(chat_jid, job.folder, False)
+
+    def _stream(
+        self, job: JobRecord, settings: FolderSettings, chat_jid: str
+    ) -> AnswerStream | None:
+        """Where a streaming provider shows the answer while it is written: the chat the
+        answer will be stored in (a scheduled answer is shown only when it is delivered)."""
+        if job.kind is JobKind.SCHEDULED:
+            return None
+        return AnswerStream(
+            bus=self._signals.bus,
+            chat_jid=chat_jid,
+            folder=job.folder,
+            role=settings.role.value,
+            job_id=job.id,
+        )
 
     def _toolbox(
         self, job: JobRecord, settings: FolderSettings, chats: Sequence[str]
@@ -307,7 +331,8 @@ class WorkerPool:
         answer_chat: str,
         chats: Sequence[str],
         elapsed_ms: int,
-    ) -> None:
+    ) -> str | None:
+        """Commit the answer (and what it asks for); the stored answer's id, if there is one."""
         now = self._clock()
         async with self._store.write() as tx:
             committed = await self._answers.write(
@@ -354,6 +379,7 @@ class WorkerPool:
                     )
             self._signals.deliveries.wake()
             self._signals.stored.wake()
+        return committed.answer_id
 
     async def _failed(
         self,

@@ -143,13 +143,13 @@ class WebChat:
                 # A scheduled answer lives in its task's conversation, not in this chat's
                 # history: it reaches the page as its delivery.
                 return own and event.data.get("kind") == "scheduled"
-            if event.kind not in ("message", "typing"):
+            if event.kind not in ("message", "typing", "stream"):
                 return False
             return visitor.operator or own
 
         # Subscribe before reading the history, so nothing falls between the two.
         subscription = bus.subscribe(
-            accept=wanted, kinds=frozenset({"message", "delivery", "typing"})
+            accept=wanted, kinds=frozenset({"message", "delivery", "typing", "stream"})
         )
         try:
             await websocket.send_json(
@@ -196,8 +196,8 @@ class WebChat:
                 await websocket.send_json({"type": "message", "message": event.data})
             elif event.kind == "delivery":
                 await websocket.send_json({"type": "message", "message": self._delivered(event)})
-            else:
-                await websocket.send_json({"type": "typing", **event.data})
+            else:  # typing, or an answer's text while it is written (never stored)
+                await websocket.send_json({"type": event.kind, **event.data})
 
     def _notice(self, visitor: _Visitor, text: str) -> dict[str, Any]:
         return {

@@ -331,6 +331,8 @@
     firstFolder: new Map(),
     filter: '',
     typing: new Map(),         // chat_jid -> {folder, timer}
+    streams: new Map(),        // job_id -> an answer shown while it is written (see onStream)
+    answered: new Set(),       // job ids whose stored answer arrived: late stream frames go
     ws: null,
     open: false,
     attempt: 0,
@@ -661,7 +663,10 @@
     state.byKey.set(key, rec);
     if (pend) removePending(pend);
 
-    if (m.message_type === 'assistant') stopTyping(m.chat_jid);
+    if (m.message_type === 'assistant') {
+      stopTyping(m.chat_jid);
+      answered(m.metadata.job_id);
+    }
     return rec;
   }
 
@@ -783,8 +788,9 @@
   }
 
   function renderTyping() {
+    const streaming = new Set([...state.streams.values()].filter((s) => s.el).map((s) => s.chat));
     const entries = [...state.typing.entries()]
-      .filter(([, t]) => !state.filter || t.folder === state.filter);
+      .filter(([jid, t]) => (!state.filter || t.folder === state.filter) && !streaming.has(jid));
     const text = els.typing.querySelector('.typing-text');
     if (!entries.length) {
       els.typing.hidden = true;
@@ -809,6 +815,84 @@
     for (const t of state.typing.values()) clearTimeout(t.timer);
     state.typing.clear();
     renderTyping();
+  }
+
+  // ---------------------------------------------------------------- answers being written
+  // With a streaming provider the server sends an answer's text as the model writes it
+  // (frames of type "stream": never stored). The growing answer is shown below the list and
+  // removed when the stored answer of the same job arrives, or when the run ends without one.
+
+  function onStream(frame) {
+    const job = frame.job_id;
+    const jid = frame.chat_jid;
+    if (job == null || !jid || state.answered.has(job)) return;
+    if (!state.operator && state.chatJid && jid !== state.chatJid) return;
+    let s = state.streams.get(job);
+    if (frame.done) {
+      if (!s) return;
+      // The stored answer replaces the text; if it never shows here, the text goes anyway.
+      if (frame.answer_id == null) dropStream(job);
+      else s.timer = setTimeout(() => dropStream(job), ACCEPT_GRACE);
+      return;
+    }
+    const text = String(frame.text || '');
+    const offset = Number(frame.offset) || 0;
+    if (!s) {
+      if (offset !== 0) return; // joined mid-answer: wait for the stored one
+      s = { job, chat: jid, folder: frame.folder || '', text: '', points: 0, el: null, timer: null };
+      state.streams.set(job, s);
+    }
+    // Offsets count code points; JavaScript strings count UTF-16 units.
+    if (offset === 0) {
+      s.text = text;
+      s.points = [...text].length;
+    } else if (offset === s.points) {
+      s.text += text;
+      s.points += [...text].length;
+    } else {
+      return; // a frame was missed: the stored answer will say it all
+    }
+    withStick(() => { renderStream(s); renderTyping(); return false; });
+  }
+
+  function renderStream(s) {
+    let el = null;
+    if (s.text) {
+      const m = {
+        id: `stream-${s.job}`, chat_jid: s.chat, routed_to: s.folder, content: s.text,
+        message_type: 'assistant', seq: null, metadata: {},
+      };
+      el = renderAssistant(m, null);
+      el.classList.add('streaming');
+      el.dataset.testid = 'streaming';
+      el.dataset.job = String(s.job);
+      el.setAttribute('aria-busy', 'true');
+      el.hidden = !!state.filter && s.folder !== state.filter;
+    }
+    if (s.el && el) s.el.replaceWith(el);
+    else if (s.el) s.el.remove();
+    else if (el) els.streams.append(el);
+    s.el = el;
+  }
+
+  function dropStream(job) {
+    const s = state.streams.get(job);
+    if (!s) return;
+    clearTimeout(s.timer);
+    if (s.el) s.el.remove();
+    state.streams.delete(job);
+    renderTyping();
+  }
+
+  function answered(job) {
+    if (job == null) return;
+    dropStream(job);
+    state.answered.add(job);
+    if (state.answered.size > 500) state.answered.delete(state.answered.values().next().value);
+  }
+
+  function clearStreams() {
+    for (const job of [...state.streams.keys()]) dropStream(job);
   }
 
   // ---------------------------------------------------------------- pending sends
@@ -1163,6 +1247,7 @@
       case 'history': onHistory(frame); break;
       case 'message': onLiveMessage(frame.message); break;
       case 'typing': onTyping(frame); break;
+      case 'stream': onStream(frame); break;
       case 'accepted': onAccepted(frame); break;
       case 'error': onError(frame); break;
       case 'pong': break;
@@ -1232,6 +1317,7 @@
     state.open = false;
     stopPing();
     clearTyping();
+    clearStreams(); // frames sent while away are lost: the stored answers will come
     try { ws.close(); } catch { /* already closed */ }
     scheduleReconnect();
   }
@@ -1305,6 +1391,7 @@
     els.scroller = $('#scroller');
     els.messages = $('#messages');
     els.outbox = $('#outbox');
+    els.streams = $('#streams');
     els.empty = $('#empty');
     els.typing = $('#typing');
     els.composer = $('#composer');
@@ -1374,6 +1461,7 @@
     els.filter.addEventListener('change', () => {
       state.filter = els.filter.value;
       relayout();
+      for (const s of state.streams.values()) renderStream(s);
       renderTyping();
       scrollToBottom(false);
     });
