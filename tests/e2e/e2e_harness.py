@@ -302,15 +302,62 @@ class Delivery:
         return self.signature is not None and hmac.compare_digest(self.signature, expected)
 
 
+class ThreadServer:
+    """An ASGI app served by uvicorn in a background thread on a free loopback port, for tests
+    whose own thread is busy (a synchronous browser, a subprocess to watch)."""
+
+    def __init__(self, app: Starlette, name: str) -> None:
+        self._app = app
+        self._name = name
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ThreadServer:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            self._app,
+            ws="websockets-sansio",
+            lifespan="off",
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=2,
+        )
+        self._server = server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=server.run, kwargs={"sockets": [sock]}, name=self._name, daemon=True
+        )
+        self._thread.start()
+        wait_for(lambda: server.started, what=self._name)
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(10)
+
+
 class Sink:
     """Records every POST to ``/hook`` and answers 200."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._received: list[Delivery] = []
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-        self.port = 0
+        self._server = ThreadServer(
+            Starlette(routes=[Route("/hook", self._hook, methods=["POST"])]), "sink"
+        )
+
+    @property
+    def port(self) -> int:
+        return self._server.port
 
     @property
     def url(self) -> str:
@@ -341,31 +388,10 @@ class Sink:
         return JSONResponse({"ok": True})
 
     def start(self) -> None:
-        app = Starlette(routes=[Route("/hook", self._hook, methods=["POST"])])
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        config = uvicorn.Config(
-            app,
-            ws="websockets-sansio",
-            lifespan="off",
-            log_level="warning",
-            access_log=False,
-            timeout_graceful_shutdown=2,
-        )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [sock]}, name="sink", daemon=True
-        )
-        self._thread.start()
-        wait_for(lambda: self._server is not None and self._server.started, what="the sink")
+        self._server.start()
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(10)
+        self._server.stop()
 
 
 # -- the HTTP API from a test's event loop (the loop may also serve fakes) ---------------------
