@@ -162,7 +162,8 @@ def test_an_answer_renders_its_markdown_and_never_runs_html(
     # The echo provider answers with the text it was sent: the answer is this Markdown.
     _send(
         page,
-        "Steps:\n\n- first **step**\n- second\n\n```python\nprint(1 < 2)\n```\n\n"
+        "Steps:\n\n- first **step**\n- second\n\n1. one\n2. two\n\nthen\n\n3. three\n\n"
+        "```python\nprint(1 < 2)\n```\n\n"
         "See [the docs](https://example.org/docs) or [local](/etc/passwd).\n\n"
         "<script>window.injected = 1</script> <img src=x onerror=window.injected=2>",
     )
@@ -171,6 +172,10 @@ def test_an_answer_renders_its_markdown_and_never_runs_html(
     body = answer.locator(".md")
     expect(body.locator("ul > li")).to_have_count(2)
     expect(body.locator("ul > li").first.locator("strong")).to_have_text("step")
+    numbered = body.locator("ol")
+    expect(numbered).to_have_count(2)
+    assert numbered.first.get_attribute("start") is None
+    expect(numbered.nth(1)).to_have_attribute("start", "3")
     expect(body.locator("pre code")).to_have_text("print(1 < 2)")
     expect(body.locator(".codeblock-lang")).to_have_text("python")
     link = body.locator("a", has_text="the docs")

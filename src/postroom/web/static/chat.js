@@ -194,8 +194,8 @@
     }
     if (!BLOCK_TAGS.has(tag)) return null;
     const el = h(tag, tag === 'th' ? { scope: 'col' } : null);
-    const start = tag === 'ol' ? Number(token.attrGet('start')) : 1;
-    if (Number.isInteger(start) && start !== 1) el.setAttribute('start', String(start));
+    const start = tag === 'ol' ? token.attrGet('start') : null; // set only when not 1
+    if (start !== null && Number.isInteger(Number(start))) el.setAttribute('start', start);
     const align = /text-align:(left|right|center)/.exec(token.attrGet('style') || '');
     if (align) el.style.textAlign = align[1]; // CSSOM: allowed under a strict CSP
     return el;
