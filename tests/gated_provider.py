@@ -7,7 +7,7 @@ import re
 from collections import Counter, deque
 from collections.abc import Iterable
 
-from postroom.llm import EchoProvider, ModelRequest, ModelResponse, ProviderError
+from postroom.llm import EchoProvider, ModelRequest, ModelResponse, ProviderError, TextSink
 
 __all__ = ["GatedProvider", "chat_of", "conversation_of"]
 
@@ -39,7 +39,9 @@ class GatedProvider:
         self.max_total = 0
         self._echo = EchoProvider()
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
+    async def complete(
+        self, request: ModelRequest, *, sink: TextSink | None = None
+    ) -> ModelResponse:
         index = len(self.requests)
         key = conversation_of(request)
         self.requests.append(request)

@@ -397,7 +397,7 @@ async def test_an_answer_is_chunked_to_2000_and_replies_to_the_triggering_messag
     assert (str(reference["message_id"]), reference["fail_if_not_exists"]) == (trigger, False)
     assert str(reference["channel_id"]) == CHANNEL_ID
     assert all("message_reference" not in call for call in fake.posted[1:])
-    assert fake.posted[0]["content"].startswith("**Bold** and _it_ with a [link](https://")
+    assert fake.posted[0]["content"].startswith("**Bold** and *it* with a [link](https://")
     assert all(r.platform_message_id for r in rows)
 
 
@@ -425,6 +425,24 @@ async def test_threads_dms_and_gone_threads_are_answered_in_the_right_place(
     assert [c["_channel"] for c in fake.posted] == [THREAD_ID, CHANNEL_ID]
     assert "message_reference" not in fake.posted[1]
     assert (await engine.deliveries(answer_id))[0].status == "sent"
+
+
+async def test_a_chunk_that_escapes_lengthen_is_sent_as_several_messages(
+    dc: DiscordChannel, fake: FakeDiscord, engine: Engine
+) -> None:
+    # 1,999 characters of Markdown fit one chunk; every "_" is escaped for Discord.
+    words = " ".join(["snake_case_name"] * 125)[:1999]
+    trigger = snowflake(601)
+    answer_id = await engine.put_answer(CHAT, words, reply_to=trigger)
+    await deliver_all(engine)
+    (row,) = await engine.deliveries(answer_id)
+    assert row.status == "sent"
+    assert len(fake.posted) >= 2
+    assert all(len(call["content"]) <= 2000 for call in fake.posted)
+    assert "message_reference" in fake.posted[0]
+    assert all("message_reference" not in call for call in fake.posted[1:])
+    sent = " ".join(call["content"] for call in fake.posted).replace("\\", "")
+    assert sent.split() == words.split()
 
 
 async def test_rejected_markup_falls_back_to_plain_text(

@@ -433,7 +433,9 @@ async def test_answer_is_html_with_a_plain_body_and_a_reply(harness: Harness) ->
     assert content["msgtype"] == "m.text"
     assert content["body"] == "Done, see x\n• one\n• two"
     assert content["format"] == "org.matrix.custom.html"
-    assert content["formatted_body"] == "<b>Done</b>, see <code>x</code><br>• one<br>• two"
+    assert content["formatted_body"] == (
+        "<p><strong>Done</strong>, see <code>x</code></p>\n<ul>\n<li>one</li>\n<li>two</li>\n</ul>"
+    )
     assert content["m.relates_to"] == {"m.in_reply_to": {"event_id": question}}
 
 

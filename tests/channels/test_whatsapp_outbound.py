@@ -9,10 +9,8 @@ from typing import Any
 import pytest
 
 from postroom.channels.whatsapp import WhatsAppChannel, build
-from postroom.channels.whatsapp.markup import whatsapp_from_mrkdwn
 from postroom.core import MessageType
 from postroom.core.chunking import limit_for
-from postroom.core.formatting import format_for
 
 from fake_engine_slack_whatsapp import Engine, open_engine, serve
 from fake_whatsapp import (
@@ -103,19 +101,21 @@ async def test_group_answers_go_to_the_group_and_foreign_reply_ids_are_not_quote
     assert notice["text"]["body"].startswith("🏠")
 
 
-def test_whatsapp_markup_keeps_slacks_markers_and_undoes_its_escapes_and_links() -> None:
+async def test_an_answer_is_sent_in_whatsapps_markup(
+    whatsapp: WhatsAppChannel, fake: FakeWhatsApp, engine: Engine
+) -> None:
     md = (
         "# Title\n**Bold** _it_ ~~gone~~ `a<b>&c` [docs](https://d.example/x?a=1&b=2) "
-        "<https://bare.example> & [https://same.example](https://same.example)\n"
-        "- item\n> quote\n```py\nif a < b && c:\n    pass\n```"
+        "<https://bare.example> & [https://same.example](https://same.example) &amp;\n\n"
+        "- item\n\n> quote\n\n```py\nif a < b && c:\n    pass\n```"
     )
-    assert whatsapp_from_mrkdwn(format_for("slack_mrkdwn", md)) == (
+    await engine.put_answer(DM, md)
+    await deliver_all(engine)
+    assert fake.sent[0]["text"]["body"] == (
         "*Title*\n*Bold* _it_ ~gone~ `a<b>&c` docs (https://d.example/x?a=1&b=2) "
-        "https://bare.example & https://same.example\n"
-        "• item\n> quote\n```\nif a < b && c:\n    pass\n```"
+        "https://bare.example & https://same.example &\n\n"
+        "• item\n\n> quote\n\n```\nif a < b && c:\n    pass\n```"
     )
-    # Text that only looks escaped stays as it was written.
-    assert whatsapp_from_mrkdwn(format_for("slack_mrkdwn", "&amp; &lt;")) == "&amp; &lt;"
 
 
 async def test_an_empty_answer_sends_nothing(

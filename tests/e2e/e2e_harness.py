@@ -322,6 +322,53 @@ class Delivery:
         return self.signature is not None and hmac.compare_digest(self.signature, expected)
 
 
+class ThreadServer:
+    """An ASGI app served by uvicorn in a background thread on a free loopback port, for tests
+    whose own thread is busy (a synchronous browser, a subprocess to watch)."""
+
+    def __init__(self, app: Starlette, name: str) -> None:
+        self._app = app
+        self._name = name
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ThreadServer:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            self._app,
+            ws="websockets-sansio",
+            lifespan="off",
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=2,
+        )
+        self._server = server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=server.run, kwargs={"sockets": [sock]}, name=self._name, daemon=True
+        )
+        self._thread.start()
+        wait_for(lambda: server.started, what=self._name)
+        return self
+
+    def connections(self) -> int:
+        """Connections the server holds open now."""
+        return len(self._server.server_state.connections) if self._server is not None else 0
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(10)
+
+
 class Sink:
     """Records every POST to ``/hook`` and answers 200."""
 
@@ -329,9 +376,13 @@ class Sink:
         self._lock = threading.Lock()
         self._received: list[Delivery] = []
         self._handling = 0
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-        self.port = 0
+        self._server = ThreadServer(
+            Starlette(routes=[Route("/hook", self._hook, methods=["POST"])]), "sink"
+        )
+
+    @property
+    def port(self) -> int:
+        return self._server.port
 
     @property
     def url(self) -> str:
@@ -352,10 +403,9 @@ class Sink:
     def quiet(self) -> bool:
         """No connection open and no request being read: every byte a client sent has been
         recorded or dropped (after a server was killed, its requests are all settled)."""
-        server = self._server
         with self._lock:
             handling = self._handling
-        return handling == 0 and (server is None or not server.server_state.connections)
+        return handling == 0 and not self._server.connections()
 
     async def _hook(self, request: Request) -> JSONResponse:
         with self._lock:
@@ -376,31 +426,10 @@ class Sink:
         return JSONResponse({"ok": True})
 
     def start(self) -> None:
-        app = Starlette(routes=[Route("/hook", self._hook, methods=["POST"])])
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        config = uvicorn.Config(
-            app,
-            ws="websockets-sansio",
-            lifespan="off",
-            log_level="warning",
-            access_log=False,
-            timeout_graceful_shutdown=2,
-        )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [sock]}, name="sink", daemon=True
-        )
-        self._thread.start()
-        wait_for(lambda: self._server is not None and self._server.started, what="the sink")
+        self._server.start()
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(10)
+        self._server.stop()
 
 
 # -- the HTTP API from a test's event loop (the loop may also serve fakes) ---------------------

@@ -4,8 +4,10 @@
 500 (an ``error`` object, as OpenAI sends it), HTTP 429 with ``retry-after: 0`` (so the account
 pool moves on at once and rests no key), or a normal completion whose text repeats the user
 messages after the last assistant message (as the ``echo`` provider does), so a test can see which
-messages an answer covers. The real ``openai`` SDK inside ``postroom serve`` talks to it; it runs
-under uvicorn on a free loopback port inside the test's event loop.
+messages an answer covers. A request with ``"stream": true`` is answered with ``data:`` chunks, a
+word every ``stream_every_s``, as a model writing slowly sends them. The real ``openai`` SDK inside
+``postroom serve`` talks to it; it runs under uvicorn on a free loopback port, in the test's event
+loop or in a thread of its own.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import random
+import re
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
@@ -23,7 +26,7 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 __all__ = ["Call", "FlakyChatCompletions", "fault_statuses", "serve_app", "serve_env"]
@@ -81,6 +84,8 @@ class FlakyChatCompletions:
     server_error_share: float = 0.2
     rate_limit_share: float = 0.1
     delay_s: float = 0.02
+    #: Between two words of a streamed answer.
+    stream_every_s: float = 0.0
     calls: list[Call] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -96,7 +101,7 @@ class FlakyChatCompletions:
     def status_counts(self) -> Counter[int]:
         return Counter(call.status for call in self.calls)
 
-    async def _complete(self, request: Request) -> JSONResponse:
+    async def _complete(self, request: Request) -> Response:
         body = await request.json()
         # Drawn before any await, so the sequence follows the order the calls arrived in.
         status = next(self._statuses)
@@ -130,6 +135,10 @@ class FlakyChatCompletions:
         )
         prompt_tokens = sum(len(_text(m.get("content")).split()) for m in messages)
         completion_tokens = len(text.split())
+        if body.get("stream"):
+            usage = (prompt_tokens, completion_tokens)
+            chunks = self._chunks(text, str(body.get("model", "")), usage)
+            return StreamingResponse(chunks, media_type="text/event-stream")
         return JSONResponse(
             {
                 "id": f"chatcmpl-fault-{len(self.calls)}",
@@ -151,6 +160,32 @@ class FlakyChatCompletions:
                 },
             }
         )
+
+    async def _chunks(self, text: str, model: str, usage: tuple[int, int]) -> AsyncIterator[bytes]:
+        """The answer as Chat Completions streams it: a role chunk, a chunk per word, the
+        finish reason, the usage, ``[DONE]``."""
+        base = {
+            "id": f"chatcmpl-stream-{len(self.calls)}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": model,
+        }
+
+        def frame(choices: list[dict[str, Any]], **extra: Any) -> bytes:
+            return f"data: {json.dumps({**base, 'choices': choices, **extra})}\n\n".encode()
+
+        def delta(content: dict[str, Any], finish: str | None = None) -> list[dict[str, Any]]:
+            return [{"index": 0, "delta": content, "logprobs": None, "finish_reason": finish}]
+
+        yield frame(delta({"role": "assistant", "content": ""}))
+        for word in re.findall(r"\s*\S+", text):
+            await asyncio.sleep(self.stream_every_s)
+            yield frame(delta({"content": word}))
+        yield frame(delta({}, "stop"))
+        prompt, completion = usage
+        counts = {"prompt_tokens": prompt, "completion_tokens": completion}
+        yield frame([], usage={**counts, "total_tokens": prompt + completion})
+        yield b"data: [DONE]\n\n"
 
 
 @contextlib.asynccontextmanager

@@ -1,16 +1,18 @@
 """The web chat in a real browser (headless Chromium through Playwright) against a real
 ``postroom serve``: type and see the answer, see a host notice rendered as one, see the typing
-indicator, and watch a message from another chat appear live in the operator view."""
+indicator, watch a message from another chat appear live in the operator view, see an answer's
+Markdown, and watch a streamed answer grow before the stored one replaces it."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
 import threading
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,6 +20,9 @@ from pathlib import Path
 import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from e2e_harness import ServerProcess, Sink, ThreadServer, wait_for
+from fake_openai import FlakyChatCompletions
 
 CHROMIUM = "/usr/bin/chromium"
 pytestmark = pytest.mark.skipif(
@@ -153,6 +158,43 @@ def test_type_see_answer_typing_and_host_notice(server: Server, browser: Browser
 
 
 @pytest.mark.timeout(120)
+def test_an_answer_renders_its_markdown_and_never_runs_html(
+    server: Server, browser: Browser
+) -> None:
+    page = _open(browser, server.url + "/chat/markdown")
+    # The echo provider answers with the text it was sent: the answer is this Markdown.
+    _send(
+        page,
+        "Steps:\n\n- first **step**\n- second\n\n1. one\n2. two\n\nthen\n\n3. three\n\n"
+        "```python\nprint(1 < 2)\n```\n\n"
+        "See [the docs](https://example.org/docs) or [local](/etc/passwd).\n\n"
+        "<script>window.injected = 1</script> <img src=x onerror=window.injected=2>",
+    )
+    answer = page.locator('[data-testid="message"][data-type="assistant"]')
+    expect(answer).to_have_count(1, timeout=15_000)
+    body = answer.locator(".md")
+    expect(body.locator("ul > li")).to_have_count(2)
+    expect(body.locator("ul > li").first.locator("strong")).to_have_text("step")
+    numbered = body.locator("ol")
+    expect(numbered).to_have_count(2)
+    assert numbered.first.get_attribute("start") is None
+    expect(numbered.nth(1)).to_have_attribute("start", "3")
+    expect(body.locator("pre code")).to_have_text("print(1 < 2)")
+    expect(body.locator(".codeblock-lang")).to_have_text("python")
+    link = body.locator("a", has_text="the docs")
+    expect(link).to_have_attribute("href", "https://example.org/docs")
+    expect(link).to_have_attribute("rel", "noopener noreferrer")
+    # A link the page will not open reads as its label and address, as on Telegram.
+    expect(body).to_contain_text("local (/etc/passwd)")
+    assert body.locator('a[href*="passwd"]').count() == 0
+    # Raw HTML in an answer is text: shown, never parsed, never run.
+    expect(body).to_contain_text("<script>window.injected = 1</script>")
+    expect(body).to_contain_text("<img src=x onerror=window.injected=2>")
+    assert body.locator("script, img").count() == 0
+    assert page.evaluate("window.injected") is None
+
+
+@pytest.mark.timeout(120)
 def test_operator_sees_other_chats_live(server: Server, browser: Browser) -> None:
     operator = _open(browser, f"{server.url}/?token={server.token}")
     expect(operator.locator("#operator")).to_be_visible()
@@ -257,3 +299,99 @@ def test_a_scheduled_answer_reaches_the_page(server: Server, browser: Browser) -
     expect(
         page.locator('[data-testid="message"][data-type="assistant"]', has_text="digest")
     ).to_have_count(1, timeout=10_000)
+
+
+# -- a streamed answer ---------------------------------------------------------------------------
+
+# Every change the page makes to an answer being written, and the moment the stored one appears.
+RECORD_STREAM = """() => {
+  window.streamed = [];
+  const seen = () => {
+    for (const el of document.querySelectorAll('[data-testid="streaming"]')) {
+      const text = el.querySelector('.md').textContent;
+      if (window.streamed[window.streamed.length - 1] !== text) window.streamed.push(text);
+    }
+    const stored = '[data-testid="message"][data-type="assistant"]';
+    if (document.querySelector(stored) && !window.streamed.includes('<stored>')) {
+      window.streamed.push('<stored>');
+    }
+  };
+  new MutationObserver(seen).observe(document.body, { subtree: true, childList: true });
+}"""
+
+
+@pytest.fixture
+def slow_model() -> Iterator[str]:
+    """The address of an OpenAI-compatible API that never fails and streams a word every
+    0.2 s."""
+    fake = FlakyChatCompletions(
+        seed=1, server_error_share=0, rate_limit_share=0, stream_every_s=0.2
+    )
+    served = ThreadServer(fake.app, "slow-model").start()
+    yield served.url
+    served.stop()
+
+
+@pytest.mark.timeout(120)
+def test_a_streamed_answer_grows_on_the_page_and_only_the_final_text_is_kept(
+    start_server: Callable[..., ServerProcess],
+    sink: Sink,
+    slow_model: str,
+    browser: Browser,
+) -> None:
+    server = start_server(
+        {
+            "POSTROOM_DEFAULTS__PROVIDER": "openai",
+            "POSTROOM_DEFAULTS__MODEL": "gpt-stream-test",
+            "POSTROOM_PROVIDERS__OPENAI__BASE_URL": f"{slow_model}/v1",
+            "POSTROOM_PROVIDERS__OPENAI__API_KEYS": json.dumps(["sk-stream-test-key-1234"]),
+            "POSTROOM_PROVIDERS__OPENAI__STREAM": "true",
+            **sink.env(),
+        }
+    )
+    api = server.client()
+    page = _open(browser, server.url + "/")
+    page.evaluate(RECORD_STREAM)
+    # The model repeats what it is sent, a word every 0.2 s: a tag included, as models write them.
+    story = (
+        "Once upon a time **a router** kept every promise [STATE:mood] content\n"
+        "and lived happily ever after, one word at a time."
+    )
+    final = (
+        "Once upon a time **a router** kept every promise\n"
+        "and lived happily ever after, one word at a time."
+    )
+    _send(page, story)
+    answer = page.locator('[data-testid="message"][data-type="assistant"]')
+    expect(answer).to_have_count(1, timeout=30_000)
+    expect(answer.locator(".md strong")).to_have_text("a router")
+    expect(answer).to_contain_text("lived happily ever after, one word at a time.")
+    expect(page.locator('[data-testid="streaming"]')).to_have_count(0)
+
+    streamed: list[str] = page.evaluate("window.streamed")
+    stored_at = streamed.index("<stored>")
+    partial = [text for text in streamed[:stored_at] if text]
+    # The answer grew in several steps before the stored one replaced it...
+    assert len(partial) >= 3, streamed
+    assert partial[0].startswith("Once") and "happily" not in partial[0]
+    # ...and the tag never showed, not even while it was being written.
+    assert not [text for text in streamed if "STATE" in text or "mood" in text], streamed
+
+    # The stored row is the final text, after tag processing.
+    chat = page.locator('[data-testid="message"][data-type="user"]').first.get_attribute(
+        "data-chat"
+    )
+    assert chat is not None
+    (stored,) = api.of_type(chat, "assistant")
+    assert stored["content"] == final
+
+    # A platform chat gets the final answer only, once: partial text is never delivered.
+    platform = "api:stream/1"
+    api.post(platform, "api:user/7", "Tell the platform a short tale, word by word, slowly.")
+    (delivered,) = wait_for(lambda: sink.for_chat(platform), timeout=30, what="the answer")
+    (answered,) = api.wait_answers(platform, 1)
+    assert delivered.body["content"] == answered["content"]
+    assert delivered.body["content"] == "Tell the platform a short tale, word by word, slowly."
+    assert len(sink.for_chat(platform)) == 1
+    # The anonymous page never saw another chat's answer being written.
+    assert not [t for t in page.evaluate("window.streamed") if "platform" in t]

@@ -20,6 +20,7 @@ from postroom.llm.anthropic import AnthropicProvider
 from postroom.llm.base import ModelRequest, ProviderError, RateLimited, ToolSpec
 
 from fake_llm import FakeLLM, Reply, event_frame, serve
+from fake_sink import WrittenText
 
 KEY = "sk-ant-test-SECRET-0123456789"
 ACCOUNT = "work-anthropic"
@@ -443,9 +444,12 @@ async def test_streamed_text_and_tool_use(
     )
     llm.answer(MESSAGES, Reply(frames=frames))
 
-    response = await streaming.complete(ask(user("weather in SF?"), tools=[WEATHER]))
+    written = WrittenText()
+    response = await streaming.complete(ask(user("weather in SF?"), tools=[WEATHER]), sink=written)
 
     assert response.text == "Okay, let me check."
+    # The text reached the sink piece by piece, as it arrived; tool input never does.
+    assert written.pieces == ["Okay, let me ", "check."]
     assert response.tool_calls == (
         ToolCall("toolu_01T1x", "get_weather", {"city": "San Francisco"}),
     )

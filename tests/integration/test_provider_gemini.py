@@ -23,6 +23,7 @@ from fake_llm_servers import (
     serve_fake,
     sse_reply,
 )
+from fake_sink import WrittenText
 
 KEY = "AIza-test-secret-key-123"
 ACCOUNT = "work"
@@ -188,9 +189,11 @@ async def test_streaming_assembles_sse_chunks(fake: FakeServer, make: Make) -> N
     last = answer({"text": "world."}, usage=(9, 4), model="gemini-2.5-flash-002")
     fake.script(sse_reply([first, second, last]))
 
-    response = await make(stream=True).complete(ask(ContextMessage("user", "hi")))
+    written = WrittenText()
+    response = await make(stream=True).complete(ask(ContextMessage("user", "hi")), sink=written)
 
     assert response.text == "Hello, world."
+    assert written.pieces == ["Hel", "lo, ", "world."]
     assert response.usage == {"input_tokens": 9, "output_tokens": 4}
     assert response.model == "gemini-2.5-flash-002"
     assert response.stop_reason == "end_turn"

@@ -23,6 +23,7 @@ from fake_llm_servers import (
     ndjson_reply,
     serve_fake,
 )
+from fake_sink import WrittenText
 
 SEARCH = ToolSpec(
     name="memory_search",
@@ -180,9 +181,11 @@ async def test_streaming_assembles_ndjson(fake: FakeServer, make: Make) -> None:
             ]
         )
     )
-    response = await make(stream=True).complete(ask(ContextMessage("user", "hi")))
+    written = WrittenText()
+    response = await make(stream=True).complete(ask(ContextMessage("user", "hi")), sink=written)
 
     assert response.text == "Hello, world."
+    assert written.pieces == ["Hel", "lo, ", "world."]
     assert response.usage == {"input_tokens": 11, "output_tokens": 3}
     assert response.stop_reason == "end_turn"
     assert len(response.raw.splitlines()) == 3

@@ -20,6 +20,7 @@ from postroom.llm.base import ModelRequest, ProviderError, RateLimited, ToolSpec
 from postroom.llm.openai import OpenAIProvider
 
 from fake_llm import FakeLLM, Reply, data_frame, serve
+from fake_sink import WrittenText
 
 KEY = "sk-proj-test-SECRET-0123456789"
 ACCOUNT = "team-openai"
@@ -423,9 +424,11 @@ async def test_streamed_text(fake: tuple[FakeLLM, str], streaming: OpenAIProvide
     ]
     llm.answer(COMPLETIONS, Reply(frames=frames))
 
-    response = await streaming.complete(ask(user("hi")))
+    written = WrittenText()
+    response = await streaming.complete(ask(user("hi")), sink=written)
 
     assert response.text == "Hello, Ana."
+    assert written.pieces == ["Hello", ", Ana."]
     assert response.usage == {"input_tokens": 31, "output_tokens": 4}
     assert response.stop_reason == "stop"
     assert response.model == "gpt-4o-mini-2024-07-18"

@@ -31,7 +31,7 @@ import pytest
 import structlog
 import typer
 from textual.pilot import Pilot
-from textual.widgets import Collapsible, Input, OptionList
+from textual.widgets import Collapsible, Input, OptionList, Static
 from typer.testing import CliRunner, Result
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
@@ -48,6 +48,7 @@ from postroom.tui import Connection, LinkState, PostroomTUI, socket_url
 from postroom.tui.app import FolderPicker, MessageItem
 from postroom.tui.render import render_message
 
+from fake_llm_servers import ndjson_reply, serve_fake
 from gateway_support import serving as gateway_serving
 
 WAIT_S = 15.0
@@ -141,12 +142,15 @@ class Server:
 
 
 @contextlib.asynccontextmanager
-async def serving(data_dir: Path, *, port: int = 0) -> AsyncIterator[Server]:
-    """``Gateway.run`` (what ``postroom serve`` runs) on 127.0.0.1; stopped gracefully after."""
+async def serving(
+    data_dir: Path, *, port: int = 0, environ: dict[str, str] | None = None
+) -> AsyncIterator[Server]:
+    """``Gateway.run`` (what ``postroom serve`` runs) on 127.0.0.1, configured by
+    ``postroom.toml`` and *environ* (``POSTROOM_…`` variables); stopped gracefully after."""
     token = tomllib.loads((data_dir / "postroom.toml").read_text("utf-8"))["api"]["token"]
     with logging_kept():
         configure_logging(level="warning", stream=sys.stderr)
-        gateway = await Gateway.build(data_dir, load_config(data_dir, {}))
+        gateway = await Gateway.build(data_dir, load_config(data_dir, environ or {}))
         async with (
             gateway_serving(gateway, port=port) as base,
             httpx.AsyncClient(
@@ -463,6 +467,55 @@ async def test_tui_shows_history_sends_and_shows_the_echo_answer(server: Server)
         label = answer.rendered.label.plain
         assert server.gateway.config.assistant.name in label
         assert "(main)" in label
+
+
+async def test_tui_shows_an_answer_growing_while_the_model_writes_it(data_dir: Path) -> None:
+    words = ["Once ", "upon ", "a ", "time ", "a ", "router ", "kept ", "every ", "promise."]
+    story = "".join(words)
+    lines = [
+        {"model": "llama3.2", "message": {"role": "assistant", "content": word}, "done": False}
+        for word in words
+    ]
+    lines.append(
+        {
+            "model": "llama3.2",
+            "message": {"role": "assistant", "content": ""},
+            "done": True,
+            "done_reason": "stop",
+            "prompt_eval_count": 12,
+            "eval_count": len(words),
+        }
+    )
+    async with serve_fake() as model:
+        # Ollama streams NDJSON; this model writes a word every 0.3 s.
+        model.script(ndjson_reply(lines, every_s=0.3))
+        environ = {
+            "POSTROOM_DEFAULTS__PROVIDER": "ollama",
+            "POSTROOM_PROVIDERS__OLLAMA__BASE_URL": model.base_url,
+            "POSTROOM_PROVIDERS__OLLAMA__STREAM": "true",
+        }
+        async with serving(data_dir, environ=environ) as server:
+            app = PostroomTUI(server.base_url, server.token, "main", backoff_s=FAST_BACKOFF)
+            async with app.run_test(size=(120, 40)) as pilot:
+                await until(pilot, lambda: app.link.state is LinkState.CONNECTED, "connected")
+                await pilot.press(*"tell me a story", "enter")
+
+                def partly_written() -> bool:
+                    texts = [item.text for item in app.streams()]
+                    return bool(texts) and "upon" in texts[0] and texts[0] != story
+
+                await until(pilot, partly_written, "part of the answer")
+                (growing,) = app.streams()
+                assert story.startswith(growing.text)
+                assert "tui:main" in growing.query_one(".label", Static).render().plain
+                assert not [i for i in app.items() if i.message["message_type"] == "assistant"]
+
+                await until(
+                    pilot, lambda: ("tui:main", "assistant", story) in shown(app), "the answer"
+                )
+                await until(pilot, lambda: not app.streams(), "the growing answer to go")
+        assert [r.path for r in model.requests] == ["/api/chat"]
+        assert model.requests[0].json["stream"] is True
 
 
 async def test_tui_shows_other_chats_live_and_host_notices(server: Server) -> None:

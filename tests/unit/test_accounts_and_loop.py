@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -13,8 +14,17 @@ from postroom.core.context import ContextMessage, ToolCall
 from postroom.core.folders import FolderDefaults, effective_settings
 from postroom.engine.runner import ProviderRunner, ToolOutcome
 from postroom.llm.accounts import AccountPool
-from postroom.llm.base import ModelRequest, ModelResponse, ProviderError, RateLimited, ToolSpec
+from postroom.llm.base import (
+    ModelRequest,
+    ModelResponse,
+    ProviderError,
+    RateLimited,
+    TextSink,
+    ToolSpec,
+)
 from postroom.llm.models import ModelInfo, ModelTable
+
+from fake_sink import WrittenText
 
 
 class Clock:
@@ -26,19 +36,30 @@ class Clock:
 
 
 class Scripted:
-    """A provider that plays back answers (or raises) and records every request."""
+    """A provider that plays back answers (or raises) and records every request. It streams:
+    an answer's text goes to the sink word by word, and a ``(text, exception)`` step writes
+    the text and then fails (a stream cut short)."""
 
     name = "scripted"
 
-    def __init__(self, *script: ModelResponse | Exception) -> None:
+    def __init__(self, *script: ModelResponse | Exception | tuple[str, Exception]) -> None:
         self.script = list(script)
         self.requests: list[ModelRequest] = []
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
+    async def complete(
+        self, request: ModelRequest, *, sink: TextSink | None = None
+    ) -> ModelResponse:
         self.requests.append(request)
         step = self.script.pop(0)
+        if isinstance(step, tuple):
+            if sink is not None:
+                sink.write(step[0])
+            raise step[1]
         if isinstance(step, Exception):
             raise step
+        if sink is not None:
+            for word in re.findall(r"\S+\s*", step.text):
+                sink.write(word)
         return step
 
     async def check(self) -> str:
@@ -75,6 +96,15 @@ def test_a_limited_account_rests_and_the_next_one_answers_at_once() -> None:
     assert run(pool.complete(REQUEST)).text == "again second"
     clock.now += timedelta(seconds=13)
     assert run(pool.complete(REQUEST)).text == "from first"
+
+
+def test_a_stream_cut_by_a_rate_limit_starts_over_on_the_next_account() -> None:
+    first = Scripted(("Hel", RateLimited("overloaded mid-stream", retry_after=5)))
+    second = Scripted(answer("Hello there"))
+    pool = AccountPool("anthropic", [("a#1", first), ("a#2", second)], clock=Clock())
+    written = WrittenText()
+    assert run(pool.complete(REQUEST, sink=written)).text == "Hello there"
+    assert written.pieces == ["Hel", None, "Hello ", "there"]
 
 
 def test_without_retry_after_the_rest_grows_1_5_25_60_minutes() -> None:
@@ -149,6 +179,18 @@ def test_tool_loop_round_trip_records_traces_and_sums_usage() -> None:
     assert result.usage == {"input_tokens": 200, "output_tokens": 20}
     # claude-sonnet-4 at $3 / $15 per million tokens, two calls of 100 in / 10 out.
     assert result.cost == pytest.approx(2 * (100 * 3 + 10 * 15) / 1e6)
+
+
+def test_text_written_before_a_tool_call_is_not_the_answer() -> None:
+    provider = Scripted(
+        answer("Let me look.", ToolCall("c1", "lookup", {"q": "weather"})),
+        answer("It is sunny."),
+    )
+    written = WrittenText()
+    runner = ProviderRunner({"scripted": provider})
+    result = run(runner.run(REQUEST, settings=SETTINGS, toolbox=Tools(), sink=written))
+    assert result.response.text == "It is sunny."
+    assert written.pieces == ["Let ", "me ", "look.", None, "It ", "is ", "sunny."]
 
 
 def test_tool_failure_is_shown_to_the_model_not_raised() -> None:

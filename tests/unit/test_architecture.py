@@ -88,7 +88,7 @@ def test_core_does_no_io() -> None:
         "random",
         "uuid",
     }
-    for path in (SRC / "core").glob("*.py"):
+    for path in (SRC / "core").rglob("*.py"):
         tree = ast.parse(path.read_text("utf-8"))
         for node in ast.walk(tree):
             names: list[str] = []

@@ -3,6 +3,8 @@ tidied, code left alone, role gating, tree confinement, and every refusal with i
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,6 +15,7 @@ from postroom.core.tags import (
     MemoryTag,
     StateTag,
     TagResult,
+    partial_text,
     process_tags,
 )
 
@@ -848,3 +851,55 @@ def test_any_value_of_any_key_is_refused_or_accepted_without_raising(value: str,
     for name in ("CREATE_CRON", "CREATE_HEARTBEAT", "CREATE_AGENT"):
         result = conduct(block(name, f"{key}: {value}"))
         assert len(result.actions) + len(result.problems) == 1
+
+
+# -- an answer still being written ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "role", "shown"),
+    [
+        pytest.param("Hello, wor", "agent", "Hello, wor", id="plain-text-as-is"),
+        pytest.param("Noted [MEM", "agent", "Noted ", id="tag-being-written"),
+        pytest.param("Noted [STATE:mo", "agent", "Noted ", id="argument-being-written"),
+        pytest.param("Noted [", "agent", "Noted ", id="bracket-alone"),
+        pytest.param("see [1", "agent", "see [1", id="footnote-is-text"),
+        pytest.param("Hi\n[MEMORY:user_preference] tea\nBye", "agent", "Hi\nBye", id="line-tag"),
+        pytest.param("Hi [STATE:mood] calm", "agent", "Hi", id="line-tag-to-end-of-line"),
+        pytest.param("Asking. [DELEGATE:main/x] the secret", "agent", "Asking. ", id="open-block"),
+        pytest.param(
+            "Asking. [DELEGATE:main/x] task [/DELEGATE] Done.",
+            "agent",
+            "Asking. Done.",
+            id="closed-block",
+        ),
+        pytest.param(
+            "[CREATE_AGENT]\npath: main/x\n[/CREATE_AG", "conductor", "", id="closing-being-written"
+        ),
+        pytest.param(
+            "Plan: [CREATE_AGENT] is text here", "agent", "Plan: [CREATE_AGENT] is text here",
+            id="conductor-tag-of-an-agent",
+        ),
+        pytest.param(
+            "`[DELEGATE:main/x]` is how", "agent", "`[DELEGATE:main/x]` is how", id="code"
+        ),
+    ],
+)  # fmt: skip
+def test_partial_text_hides_tags_and_what_is_not_finished(text: str, role: str, shown: str) -> None:
+    assert partial_text(text, folder="main", role=role) == shown
+
+
+_STREAM_PIECES = [
+    *("Hi ", "[MEMORY:fact] ", "secret", "\n", "[/MEMORY]", "[DEL", "EGATE:main/x]"),
+    *(" task ", "[/DELEGATE]", "`", "ok. "),
+]
+
+
+@settings(max_examples=200, deadline=None)
+@given(pieces=st.lists(st.sampled_from(_STREAM_PIECES), max_size=20))
+def test_no_prefix_of_an_answer_shows_a_tag(pieces: list[str]) -> None:
+    text = "".join(pieces)
+    for end in range(len(text) + 1):
+        shown = partial_text(text[:end], folder="main", role="agent")
+        outside_code = re.sub(r"`[^`]*`", "", shown)
+        assert "[MEMORY" not in outside_code and "[DELEGATE" not in outside_code, shown

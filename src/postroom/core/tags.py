@@ -45,6 +45,7 @@ __all__ = [
     "MemoryTag",
     "StateTag",
     "TagResult",
+    "partial_text",
     "process_tags",
 ]
 
@@ -113,6 +114,8 @@ _NAMES = "MEMORY|STATE|DELEGATE|CREATE_AGENT|UPDATE_AGENT|CREATE_CRON|CREATE_HEA
 # "]" on its line stays prose.
 _OPENING = re.compile(rf"\[({_NAMES})(?::([^\[\]\n]*))?\]")
 _CLOSING = re.compile(rf"\[/({_NAMES})\]")
+# The end of a text still being written that may be a tag begun: "[", "[MEM", "[STATE:ke".
+_UNFINISHED = re.compile(r"\[/?[A-Z_]*(?::[^\[\]\n]*)?\Z")
 _LINE_TAGS = frozenset({"MEMORY", "STATE"})
 _CONDUCTOR_TAGS = frozenset({"CREATE_AGENT", "UPDATE_AGENT", "CREATE_CRON", "CREATE_HEARTBEAT"})
 # Block tags that take no argument; with one ("[CREATE_AGENT:x]") they are not tags at all.
@@ -193,6 +196,28 @@ def process_tags(text: str, *, folder: str, role: str) -> TagResult:
         delegations=tuple(i for i in items if isinstance(i, Delegation)),
         problems=tuple(problems),
     )
+
+
+def partial_text(text: str, *, folder: str, role: str) -> str:
+    """What a reader may see of an answer still being written (a stream).
+
+    The text :func:`process_tags` gives for what has arrived, cut before a tag still being
+    written and before a block tag whose closing tag has not arrived: its body (a delegated
+    task, a new agent's settings) is no more for the reader than the finished tag would be.
+    """
+    unfinished = _UNFINISHED.search(text)
+    if unfinished is not None:
+        text = text[: unfinished.start()]
+    visible = process_tags(text, folder=folder, role=role).text
+    if "[" not in visible:
+        return visible
+    conductor = role == "conductor"
+    code = _code_regions(visible)
+    for m in _OPENING.finditer(visible):
+        if m.group(1) in _LINE_TAGS or not _is_tag(m, conductor) or _covers(code, m.start()):
+            continue
+        return visible[: m.start()]
+    return visible
 
 
 # --- finding the tags ---------------------------------------------------------------------------

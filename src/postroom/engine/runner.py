@@ -21,7 +21,14 @@ import structlog
 from postroom.core.context import ContextMessage, ToolCall
 from postroom.core.folders import FolderSettings
 from postroom.core.messages import Sender
-from postroom.llm.base import ModelRequest, ModelResponse, Provider, ProviderError, ToolSpec
+from postroom.llm.base import (
+    ModelRequest,
+    ModelResponse,
+    Provider,
+    ProviderError,
+    TextSink,
+    ToolSpec,
+)
 from postroom.llm.models import ModelTable
 
 __all__ = [
@@ -85,7 +92,10 @@ class AgentRunner(Protocol):
         settings: FolderSettings,
         toolbox: Toolbox | None = None,
         steer: Steer | None = None,
-    ) -> AgentResult: ...
+        sink: TextSink | None = None,
+    ) -> AgentResult:
+        """Run the turn; a streaming provider writes the answer's text to *sink* meanwhile."""
+        ...
 
 
 class ProviderRunner:
@@ -120,6 +130,7 @@ class ProviderRunner:
         settings: FolderSettings,
         toolbox: Toolbox | None = None,
         steer: Steer | None = None,
+        sink: TextSink | None = None,
     ) -> AgentResult:
         provider = self.provider_for(settings)
         specs = tuple(toolbox.specs()) if toolbox is not None else ()
@@ -135,7 +146,9 @@ class ProviderRunner:
             calls += 1
             last = calls >= self._max_calls or not specs
             current = replace(request, messages=tuple(messages), tools=() if last else specs)
-            response = await provider.complete(current)
+            if sink is not None and calls > 1:
+                sink.restart()  # what the model wrote before calling tools is not the answer
+            response = await provider.complete(current, sink=sink)
             raws.append(response.raw)
             for key in usage:
                 usage[key] += int(response.usage.get(key, 0))

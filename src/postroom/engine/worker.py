@@ -35,6 +35,7 @@ from postroom.engine.metrics import Metrics, NullMetrics
 from postroom.engine.notices import post_notice
 from postroom.engine.runner import AgentResult, AgentRunner, Steer
 from postroom.engine.signals import Signals
+from postroom.engine.streaming import AnswerStream
 from postroom.engine.tools import ToolFactory, TurnToolbox
 from postroom.engine.turns import QueueSettings, reply_chats
 from postroom.llm.base import ModelRequest, ProviderError
@@ -257,6 +258,7 @@ class WorkerPool:
                 asyncio.create_task(self._keep_typing(chats, job.folder), name=f"typing-{job.id}")
             )
         request: ModelRequest | None = None
+        stream: AnswerStream | None = None
         begun = time.monotonic()
 
         def elapsed_ms() -> int:
@@ -270,14 +272,17 @@ class WorkerPool:
             steer = None
             if settings.busy_policy is BusyPolicy.STEER:
                 steer = self._steer(job, token, prepared, chats, steered)
+            stream = self._stream(job, settings, prepared.answer_chat)
             result = await self._runner.run(
-                request, settings=settings, toolbox=toolbox, steer=steer
+                request, settings=settings, toolbox=toolbox, steer=steer, sink=stream
             )
             if steered:  # the answer answers these too (and replies to the last of them)
                 job = replace(job, messages=(*job.messages, *steered))
-            await self._succeed(
+            answer_id = await self._succeed(
                 job, token, settings, result, toolbox, prepared.answer_chat, chats, elapsed_ms()
             )
+            if stream is not None:
+                stream.close(answer_id)
         except asyncio.CancelledError:
             reason = entry.reason or "cancelled"
             # A lost lease means the turn is another worker's now: this one leaves no trace.
@@ -293,6 +298,8 @@ class WorkerPool:
             error = f"{type(exc).__name__}: {exc}"
             await self._failed(job, token, settings, request, error, True, elapsed_ms())
         finally:
+            if stream is not None:
+                stream.close(None)  # no answer (a no-op after the answer closed it)
             for helper in helpers:
                 helper.cancel()
             for chat_jid in chats:
@@ -340,6 +347,21 @@ class WorkerPool:
                 taken.extend(queued.messages if queued is not None else ())
         return taken
 
+    def _stream(
+        self, job: JobRecord, settings: FolderSettings, chat_jid: str
+    ) -> AnswerStream | None:
+        """Where a streaming provider shows the answer while it is written: the chat the
+        answer will be stored in (a scheduled answer is shown only when it is delivered)."""
+        if job.kind is JobKind.SCHEDULED:
+            return None
+        return AnswerStream(
+            bus=self._signals.bus,
+            chat_jid=chat_jid,
+            folder=job.folder,
+            role=settings.role.value,
+            job_id=job.id,
+        )
+
     def _toolbox(
         self, job: JobRecord, settings: FolderSettings, chats: Sequence[str]
     ) -> TurnToolbox | None:
@@ -362,7 +384,8 @@ class WorkerPool:
         answer_chat: str,
         chats: Sequence[str],
         elapsed_ms: int,
-    ) -> None:
+    ) -> str | None:
+        """Commit the answer (and what it asks for); the stored answer's id, if there is one."""
         now = self._clock()
         async with self._store.write() as tx:
             committed = await self._answers.write(
@@ -409,6 +432,7 @@ class WorkerPool:
                     )
             self._signals.deliveries.wake()
             self._signals.stored.wake()
+        return committed.answer_id
 
     async def _failed(
         self,

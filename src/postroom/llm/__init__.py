@@ -6,6 +6,7 @@ from postroom.llm.base import (
     Provider,
     ProviderError,
     RateLimited,
+    TextSink,
     ToolSpec,
 )
 from postroom.llm.echo import EchoProvider
@@ -17,5 +18,6 @@ __all__ = [
     "Provider",
     "ProviderError",
     "RateLimited",
+    "TextSink",
     "ToolSpec",
 ]

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 import structlog
 
-from postroom.llm.base import ModelRequest, ModelResponse, Provider, RateLimited
+from postroom.llm.base import ModelRequest, ModelResponse, Provider, RateLimited, TextSink
 
 __all__ = ["AccountPool", "AccountStatus"]
 
@@ -58,16 +58,20 @@ class AccountPool:
             for label, _ in self._accounts
         ]
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
+    async def complete(
+        self, request: ModelRequest, *, sink: TextSink | None = None
+    ) -> ModelResponse:
         last: RateLimited | None = None
         for label, provider in self._accounts:
             if self._resting(label):
                 continue
             try:
-                response = await provider.complete(request)
+                response = await provider.complete(request, sink=sink)
             except RateLimited as exc:
                 self._rest(label, exc.retry_after)
                 last = exc
+                if sink is not None:
+                    sink.restart()  # a limit can come mid-stream: the next account starts over
                 continue
             self._strikes.pop(label, None)
             return response

@@ -49,7 +49,14 @@ from anthropic.types import (
 
 from postroom.core.context import ContextMessage, ToolCall
 from postroom.core.durations import parse_retry_after
-from postroom.llm.base import ModelRequest, ModelResponse, ProviderError, RateLimited, ToolSpec
+from postroom.llm.base import (
+    ModelRequest,
+    ModelResponse,
+    ProviderError,
+    RateLimited,
+    TextSink,
+    ToolSpec,
+)
 
 __all__ = ["AnthropicProvider"]
 
@@ -90,7 +97,9 @@ class AnthropicProvider:
         """Close the SDK's HTTP connections."""
         await self._client.close()
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
+    async def complete(
+        self, request: ModelRequest, *, sink: TextSink | None = None
+    ) -> ModelResponse:
         messages = _messages(request.messages)
         if not messages:
             raise ProviderError(
@@ -99,7 +108,7 @@ class AnthropicProvider:
         model = request.model or self.default_model
         try:
             if self._stream:
-                return await self._complete_streaming(request, model, messages)
+                return await self._complete_streaming(request, model, messages, sink)
             return await self._complete_once(request, model, messages)
         except anthropic.AnthropicError as exc:
             raise self._translate(exc) from exc
@@ -146,7 +155,11 @@ class AnthropicProvider:
         )
 
     async def _complete_streaming(
-        self, request: ModelRequest, model: str, messages: list[MessageParam]
+        self,
+        request: ModelRequest,
+        model: str,
+        messages: list[MessageParam],
+        sink: TextSink | None,
     ) -> ModelResponse:
         stream = await self._client.messages.create(
             model=model,
@@ -156,7 +169,7 @@ class AnthropicProvider:
             tools=_tools(request.tools) or anthropic.omit,
             stream=True,
         )
-        answer = _StreamedAnswer()
+        answer = _StreamedAnswer(sink)
         async with stream:
             async for event in stream:
                 answer.add(event)
@@ -202,8 +215,9 @@ class AnthropicProvider:
 class _StreamedAnswer:
     """The answer put back together from the stream's events, as the non-streaming body reads."""
 
-    def __init__(self) -> None:
+    def __init__(self, sink: TextSink | None) -> None:
         self.stopped = False
+        self._sink = sink
         self._start: dict[str, Any] = {}
         self._blocks: dict[int, dict[str, Any]] = {}
         self._json: dict[int, str] = {}
@@ -228,6 +242,8 @@ class _StreamedAnswer:
             block = self._blocks.setdefault(event.index, {"type": "text", "text": ""})
             if isinstance(event.delta, TextDelta):
                 block["text"] = block.get("text", "") + event.delta.text
+                if self._sink is not None:
+                    self._sink.write(event.delta.text)
             elif isinstance(event.delta, InputJSONDelta):
                 self._json[event.index] = self._json.get(event.index, "") + event.delta.partial_json
         elif isinstance(event, RawMessageDeltaEvent):

@@ -23,6 +23,7 @@ __all__ = [
     "Provider",
     "ProviderError",
     "RateLimited",
+    "TextSink",
     "ToolSpec",
 ]
 
@@ -100,13 +101,29 @@ class ModelResponse:
     stop_reason: str | None = None
 
 
+class TextSink(Protocol):
+    """Where the text of an answer goes while the model writes it (``stream = true``)."""
+
+    def write(self, text: str) -> None:
+        """The next piece of the answer's text. Called from the provider's loop: never blocks."""
+        ...
+
+    def restart(self) -> None:
+        """What was written is not the answer (the call is tried again, or another follows)."""
+        ...
+
+
 class Provider(Protocol):
     """One model API reached with one account."""
 
     name: str
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        """One model call. Raises :class:`ProviderError` (or :class:`RateLimited`)."""
+    async def complete(
+        self, request: ModelRequest, *, sink: TextSink | None = None
+    ) -> ModelResponse:
+        """One model call. Raises :class:`ProviderError` (or :class:`RateLimited`). A provider
+        that streams writes the answer's text to *sink* as it arrives; one that does not
+        ignores it (the whole answer comes back at once)."""
         ...
 
     async def check(self) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from postroom.core.context import ContextMessage
-from postroom.llm.base import ModelRequest, ModelResponse
+from postroom.llm.base import ModelRequest, ModelResponse, TextSink
 
 __all__ = ["EchoProvider", "render_for_echo"]
 
@@ -31,7 +31,9 @@ class EchoProvider:
     def __init__(self, *, delay_ms: int = 0) -> None:
         self._delay_s = delay_ms / 1000
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
+    async def complete(
+        self, request: ModelRequest, *, sink: TextSink | None = None
+    ) -> ModelResponse:
         if self._delay_s:
             await asyncio.sleep(self._delay_s)
         messages = list(request.messages)

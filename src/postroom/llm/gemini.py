@@ -39,7 +39,14 @@ from google.genai import types as genai_types
 
 from postroom.core.context import ContextMessage, ToolCall
 from postroom.core.durations import parse_retry_after
-from postroom.llm.base import ModelRequest, ModelResponse, ProviderError, RateLimited, ToolSpec
+from postroom.llm.base import (
+    ModelRequest,
+    ModelResponse,
+    ProviderError,
+    RateLimited,
+    TextSink,
+    ToolSpec,
+)
 from postroom.llm.echo import render_for_echo
 
 __all__ = ["GeminiProvider"]
@@ -96,7 +103,9 @@ class GeminiProvider:
         await self._client.aio.aclose()
         await self._http.aclose()
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
+    async def complete(
+        self, request: ModelRequest, *, sink: TextSink | None = None
+    ) -> ModelResponse:
         model = request.model or self.default_model
         contents = _contents(request.messages)
         config = genai_types.GenerateContentConfig(
@@ -113,6 +122,8 @@ class GeminiProvider:
                 )
                 async for chunk in stream:
                     chunks.append(chunk)
+                    if sink is not None:
+                        _write_text(sink, chunk)
             else:
                 chunks.append(
                     await self._client.aio.models.generate_content(
@@ -281,6 +292,15 @@ def _tools(tools: Sequence[ToolSpec]) -> list[genai_types.Tool] | None:
         for tool in tools
     ]
     return [genai_types.Tool(function_declarations=declarations)]
+
+
+def _write_text(sink: TextSink, chunk: genai_types.GenerateContentResponse) -> None:
+    """The answer's text in one streamed chunk (thoughts left out), to *sink*."""
+    content = chunk.candidates[0].content if chunk.candidates else None
+    parts = (content.parts if content is not None else None) or ()
+    for part in parts:
+        if part.text and not part.thought and part.function_call is None:
+            sink.write(part.text)
 
 
 def _answer(parts: Sequence[genai_types.Part]) -> tuple[str, tuple[ToolCall, ...]]:

@@ -26,7 +26,7 @@ from typing import Any
 
 from postroom.core.context import ContextMessage
 from postroom.core.errors import ConfigError
-from postroom.llm.base import ModelRequest, ModelResponse, ProviderError
+from postroom.llm.base import ModelRequest, ModelResponse, ProviderError, TextSink
 from postroom.llm.echo import render_for_echo
 
 __all__ = ["INSTALL_HINT", "LocalProvider", "find_model_file"]
@@ -100,7 +100,9 @@ class LocalProvider:
         self._lock = threading.Lock()
         self._llama: Any = None
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
+    async def complete(
+        self, request: ModelRequest, *, sink: TextSink | None = None
+    ) -> ModelResponse:
         messages = _messages(request)
         try:
             async with asyncio.timeout(self._timeout_s):

@@ -32,7 +32,14 @@ import ollama
 
 from postroom.core.context import ContextMessage, ToolCall
 from postroom.core.durations import parse_retry_after
-from postroom.llm.base import ModelRequest, ModelResponse, ProviderError, RateLimited, ToolSpec
+from postroom.llm.base import (
+    ModelRequest,
+    ModelResponse,
+    ProviderError,
+    RateLimited,
+    TextSink,
+    ToolSpec,
+)
 from postroom.llm.echo import render_for_echo
 
 __all__ = ["DEFAULT_HOST", "OllamaProvider"]
@@ -75,7 +82,9 @@ class OllamaProvider:
         """Close the SDK's HTTP connections."""
         await self._client.close()  # type: ignore[no-untyped-call]  # unannotated in the SDK
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
+    async def complete(
+        self, request: ModelRequest, *, sink: TextSink | None = None
+    ) -> ModelResponse:
         model = request.model or self.default_model
         messages = _messages(request)
         tools = [_tool(spec) for spec in request.tools] or None
@@ -87,7 +96,11 @@ class OllamaProvider:
                 stream = await self._client.chat(
                     model=model, messages=messages, tools=tools, options=options, stream=True
                 )
-                parts = [part async for part in stream]
+                parts = []
+                async for part in stream:
+                    parts.append(part)
+                    if sink is not None and part.message.content:
+                        sink.write(part.message.content)
             else:
                 parts = [
                     await self._client.chat(

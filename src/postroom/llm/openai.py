@@ -39,7 +39,14 @@ from openai.types.chat import (
 
 from postroom.core.context import ContextMessage, ToolCall
 from postroom.core.durations import parse_retry_after
-from postroom.llm.base import ModelRequest, ModelResponse, ProviderError, RateLimited, ToolSpec
+from postroom.llm.base import (
+    ModelRequest,
+    ModelResponse,
+    ProviderError,
+    RateLimited,
+    TextSink,
+    ToolSpec,
+)
 
 __all__ = ["OpenAIProvider"]
 
@@ -86,11 +93,13 @@ class OpenAIProvider:
         """Close the SDK's HTTP connections."""
         await self._client.close()
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
+    async def complete(
+        self, request: ModelRequest, *, sink: TextSink | None = None
+    ) -> ModelResponse:
         model = request.model or self.default_model
         try:
             if self._stream:
-                return await self._complete_streaming(request, model)
+                return await self._complete_streaming(request, model, sink)
             return await self._complete_once(request, model)
         except openai.OpenAIError as exc:
             raise self._translate(exc) from exc
@@ -146,7 +155,9 @@ class OpenAIProvider:
             stop_reason=choice.finish_reason,
         )
 
-    async def _complete_streaming(self, request: ModelRequest, model: str) -> ModelResponse:
+    async def _complete_streaming(
+        self, request: ModelRequest, model: str, sink: TextSink | None
+    ) -> ModelResponse:
         stream = await self._client.chat.completions.create(
             model=model,
             messages=_messages(request.system, request.messages),
@@ -156,7 +167,7 @@ class OpenAIProvider:
             stream=True,
             stream_options={"include_usage": True},
         )
-        answer = _StreamedAnswer(fallback_model=model)
+        answer = _StreamedAnswer(fallback_model=model, sink=sink)
         async with stream:
             async for chunk in stream:
                 answer.add(chunk)
@@ -205,8 +216,9 @@ class OpenAIProvider:
 class _StreamedAnswer:
     """The answer put back together from the chunks, shaped like the non-streaming body."""
 
-    def __init__(self, *, fallback_model: str) -> None:
+    def __init__(self, *, fallback_model: str, sink: TextSink | None) -> None:
         self.finish_reason: str | None = None
+        self._sink = sink
         self._id = ""
         self._created = 0
         self._model = fallback_model
@@ -225,6 +237,8 @@ class _StreamedAnswer:
                 continue
             if choice.delta.content:
                 self._text.append(choice.delta.content)
+                if self._sink is not None:
+                    self._sink.write(choice.delta.content)
             for delta in choice.delta.tool_calls or ():
                 call = self._calls.setdefault(delta.index, {"id": "", "name": "", "arguments": ""})
                 if delta.id:

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
@@ -24,9 +25,11 @@ from textual.widgets.option_list import Option
 from postroom.tui.connection import BACKOFF_S, Connection, LinkState, LinkStatus
 from postroom.tui.render import Rendered, render_message
 
-__all__ = ["FolderPicker", "MessageItem", "PostroomTUI"]
+__all__ = ["FolderPicker", "MessageItem", "PostroomTUI", "StreamingItem"]
 
 Frame = dict[str, Any]
+#: Jobs whose stored answer is shown, remembered so a late ``stream`` frame draws nothing.
+ANSWERED_KEPT = 500
 
 
 class MessageItem(Vertical):
@@ -65,6 +68,54 @@ class MessageItem(Vertical):
             return
         yield Static(self.rendered.label, classes="label")
         yield Static(self.rendered.body, classes="body")
+
+
+class StreamingItem(Vertical):
+    """An answer while the model writes it (``stream`` frames); the stored answer replaces it.
+
+    Frames carry the shown text's length before their piece (``offset``): 0 starts over, and
+    a frame that does not continue the text is one this view missed, so it waits for the
+    stored answer instead.
+    """
+
+    DEFAULT_CSS = """
+    StreamingItem {
+        height: auto;
+        padding: 0 1;
+        margin: 0 0 1 0;
+        border-left: tall $success 50%;
+    }
+    StreamingItem .label { text-style: italic; }
+    """
+
+    def __init__(self, frame: Frame, assistant_name: str) -> None:
+        super().__init__()
+        self.job_id = frame.get("job_id")
+        self.chat_jid = str(frame.get("chat_jid") or "")
+        self.text = ""
+        message = {
+            "message_type": "assistant",
+            "chat_jid": self.chat_jid,
+            "routed_to": frame.get("folder"),
+            "content": "",
+        }
+        self._label = render_message(message, assistant_name=assistant_name).label
+        self._label.append(" writing…", style="dim italic")
+
+    def compose(self) -> ComposeResult:
+        yield Static(self._label, classes="label")
+        yield Static(Text(""), classes="body")
+
+    def take(self, offset: int, piece: str) -> bool:
+        """Add one frame's piece; False when it does not continue the text shown."""
+        if offset == 0:
+            self.text = piece
+        elif offset == len(self.text):
+            self.text += piece
+        else:
+            return False
+        self.query_one(".body", Static).update(Text(self.text))
+        return True
 
 
 class FolderPicker(ModalScreen[str | None]):
@@ -146,6 +197,9 @@ class PostroomTUI(App[None]):
         self.last_error: str | None = None
         self._typing: dict[str, str | None] = {}
         self._shown: set[tuple[str, str]] = set()
+        #: Answers being written, by job id; and the jobs whose stored answer is shown.
+        self._streams: dict[Any, StreamingItem] = {}
+        self._answered: dict[Any, None] = {}
         self.connection = Connection(
             url=url,
             token=token,
@@ -176,6 +230,10 @@ class PostroomTUI(App[None]):
     def items(self) -> list[MessageItem]:
         """The messages on screen, in order."""
         return list(self.query_one("#log", VerticalScroll).query_children(MessageItem))
+
+    def streams(self) -> list[StreamingItem]:
+        """The answers being written, on screen."""
+        return list(self.query_one("#log", VerticalScroll).query_children(StreamingItem))
 
     @property
     def status_text(self) -> str:
@@ -219,6 +277,8 @@ class PostroomTUI(App[None]):
             await self._add([m for m in messages if isinstance(m, dict)] if messages else [])
         elif kind == "message" and isinstance(frame.get("message"), dict):
             await self._add([frame["message"]])
+        elif kind == "stream":
+            await self._stream(frame)
         elif kind == "typing":
             chat = str(frame.get("chat_jid"))
             if frame.get("active"):
@@ -242,6 +302,8 @@ class PostroomTUI(App[None]):
         self.folders = [str(f) for f in folders] if isinstance(folders, list) else []
         self._typing.clear()
         self._shown.clear()
+        self._streams.clear()
+        self._answered.clear()
         # Everything that names the folder changes before the first await, so no frame of
         # the screen shows the new folder in one place and the old one in another.
         self.query_one("#input", Input).placeholder = (
@@ -262,6 +324,9 @@ class PostroomTUI(App[None]):
             self._shown.add(key)
             if message.get("message_type") == "assistant":
                 self._typing.pop(str(message.get("chat_jid")), None)
+                metadata = message.get("metadata")
+                if isinstance(metadata, dict) and metadata.get("job_id") is not None:
+                    await self._end_stream(metadata["job_id"], answered=True)
             rendered = render_message(message, assistant_name=self.assistant)
             items.append(MessageItem(message, rendered))
         if not items:
@@ -270,6 +335,36 @@ class PostroomTUI(App[None]):
         await log.mount_all(items)
         log.scroll_end(animate=False)
         self._show_typing()
+
+    async def _stream(self, frame: Frame) -> None:
+        job = frame.get("job_id")
+        if job is None or job in self._answered:
+            return
+        item = self._streams.get(job)
+        if frame.get("done"):
+            if frame.get("answer_id") is None:  # no answer: the text goes
+                await self._end_stream(job, answered=False)
+            return  # else the stored answer, when it comes, replaces it
+        offset = frame.get("offset")
+        piece = str(frame.get("text") or "")
+        if not isinstance(offset, int) or (item is None and offset != 0):
+            return
+        log = self.query_one("#log", VerticalScroll)
+        if item is None:
+            item = StreamingItem(frame, self.assistant)
+            self._streams[job] = item
+            await log.mount(item)
+        item.take(offset, piece)
+        log.scroll_end(animate=False)
+
+    async def _end_stream(self, job: Any, *, answered: bool) -> None:
+        item = self._streams.pop(job, None)
+        if answered:
+            self._answered[job] = None
+            if len(self._answered) > ANSWERED_KEPT:  # only late frames need it: keep the last
+                del self._answered[next(iter(self._answered))]
+        if item is not None:
+            await item.remove()
 
     def _show_typing(self) -> None:
         widget = self.query_one("#typing", Static)

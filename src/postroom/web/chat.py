@@ -148,7 +148,9 @@ class WebChat:
             return visitor.operator or event.data.get("chat_jid") == visitor.chat_jid
 
         # Subscribe before reading the history, so nothing falls between the two.
-        subscription = bus.subscribe(accept=wanted, kinds=frozenset({"message", "typing"}))
+        subscription = bus.subscribe(
+            accept=wanted, kinds=frozenset({"message", "typing", "stream"})
+        )
         try:
             await websocket.send_json(
                 {
@@ -198,11 +200,12 @@ class WebChat:
                 message = _view(visitor, event.data)
                 if message is not None:
                     await websocket.send_json({"type": "message", "message": message})
-            else:
-                typing = dict(event.data)
+            else:  # typing, or an answer's text while it is written (never stored)
+                data = dict(event.data)
                 if not visitor.operator:
-                    typing.pop("folder", None)
-                await websocket.send_json({"type": "typing", **typing})
+                    data.pop("folder", None)
+                    data.pop("role", None)
+                await websocket.send_json({"type": event.kind, **data})
 
     def _notice(self, visitor: _Visitor, text: str) -> dict[str, Any]:
         return {

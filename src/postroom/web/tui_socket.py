@@ -6,7 +6,8 @@ traffic across every chat it happens in (MESSAGES §6) plus its own operator cha
 ``tui-user``: a sender only this token-authenticated socket may set, never the HTTP API.
 
 Frames, server to client: ``hello`` (folder, chat, the folder list), ``history``, then live
-``message`` and ``typing``; ``accepted`` or ``error`` answer a ``send``. Client to server:
+``message``, ``typing`` and ``stream`` (an answer's text while the model writes it, see
+:mod:`postroom.engine.streaming`); ``accepted`` or ``error`` answer a ``send``. Client to server:
 ``send``, ``switch`` (another folder: a new ``hello`` and ``history``) and ``ping``.
 """
 
@@ -64,7 +65,7 @@ class _View:
         data = event.data
         if event.kind == "message":
             return data.get("routed_to") == self.folder or data.get("chat_jid") == self.chat_jid
-        if event.kind == "typing":
+        if event.kind in ("typing", "stream"):
             return data.get("folder") == self.folder or data.get("chat_jid") == self.chat_jid
         return False
 
@@ -109,7 +110,7 @@ class TuiSocket:
         # Subscribe before reading the history, so nothing falls between the two; the filter
         # follows the view as it switches.
         subscription = self._services.signals.bus.subscribe(
-            accept=view.shows, kinds=frozenset({"message", "typing"})
+            accept=view.shows, kinds=frozenset({"message", "typing", "stream"})
         )
         try:
             async with lock:
@@ -166,7 +167,7 @@ class TuiSocket:
                         continue
                     await websocket.send_json({"type": "message", "message": event.data})
                 else:
-                    await websocket.send_json({"type": "typing", **event.data})
+                    await websocket.send_json({"type": event.kind, **event.data})
         # A subscriber that fell behind is closed by the bus: end the socket, and the client
         # reconnects and reads the history again.
 

@@ -43,6 +43,7 @@ from postroom.channels.discord.inbound import (
     sender_jid,
 )
 from postroom.core.errors import ConfigError, InvalidInput, PostroomError
+from postroom.core.formatting import format_within
 from postroom.core.messages import Attachment, InboundMessage
 from postroom.engine.delivery import DeliveryFailed, OutgoingChunk, SendResult
 
@@ -50,6 +51,8 @@ __all__ = ["DiscordChannel", "build"]
 
 log = structlog.get_logger(__name__)
 
+#: Discord's limit on a message's content, in characters as sent (escapes count).
+MESSAGE_LIMIT = 2000
 #: discord.py refuses anything lower: it waits out shorter limits itself.
 MAX_RATELIMIT_WAIT_S = 30.0
 #: A typing indicator is best-effort; the typing relay must not wait on a slow one.
@@ -367,28 +370,46 @@ class DiscordChannel(BaseChannel):
             raise DeliveryFailed("not connected to Discord yet")
         in_guild = chunk.chat_jid.startswith("discord:guild/")
         thread_id = int(chunk.topic) if in_guild and is_snowflake(chunk.topic) else None
-        target = thread_id or channel_id
         reference = (
             discord.MessageReference(
-                message_id=int(chunk.reply_to), channel_id=target, fail_if_not_exists=False
+                message_id=int(chunk.reply_to),
+                channel_id=thread_id or channel_id,
+                fail_if_not_exists=False,
             )
             if chunk.reply_to is not None and is_snowflake(chunk.reply_to)
             else None
         )
+        pieces = [text]
+        if len(text) > MESSAGE_LIMIT:
+            # Escapes can lengthen a full chunk past the limit: cut its source again.
+            pieces = format_within(style, self.render(chunk), MESSAGE_LIMIT)
+        sent = await self._send_piece(client, channel_id, thread_id, pieces[0], reference, style)
+        for piece in pieces[1:]:
+            await self._send_piece(client, channel_id, thread_id, piece, None, style)
+        return SendResult(platform_message_id=str(sent.id))
+
+    async def _send_piece(
+        self,
+        client: _Client,
+        channel_id: int,
+        thread_id: int | None,
+        text: str,
+        reference: discord.MessageReference | None,
+        style: str,
+    ) -> discord.Message:
         try:
-            sent = await self._post(client, target, text, reference)
+            return await self._post(client, thread_id or channel_id, text, reference)
         except (discord.Forbidden, discord.NotFound) as exc:
             if thread_id is None:
                 raise _send_error(exc, style) from exc
             # The thread is gone or closed to the bot: the answer still belongs in the chat.
             log.info("discord.thread_unavailable", thread_id=thread_id, error=str(exc))
             try:
-                sent = await self._post(client, channel_id, text, None)
+                return await self._post(client, channel_id, text, None)
             except _SEND_ERRORS as again:
                 raise _send_error(again, style) from again
         except _SEND_ERRORS as exc:
             raise _send_error(exc, style) from exc
-        return SendResult(platform_message_id=str(sent.id))
 
     async def _post(
         self,

@@ -42,9 +42,9 @@ from postroom.channels.matrix.events import (
     relations,
     strip_reply_fallback,
 )
-from postroom.channels.matrix.html import plain_and_html
 from postroom.channels.recent import Recent
 from postroom.core.errors import InvalidInput, PostroomError
+from postroom.core.formatting import has_markup, to_matrix_html, to_plain
 from postroom.core.jid import decode_id_part, make_jid, split_jid
 from postroom.core.messages import Attachment, InboundMessage
 from postroom.core.steering import normalize_topic
@@ -422,10 +422,11 @@ class MatrixChannel(BaseChannel):
     async def do_send(self, chunk: OutgoingChunk, text: str, style: str) -> SendResult:
         client = self._logged_in_client()
         room_id = room_of(chunk.chat_jid)
+        body, html = text, None
         if style == "markdown":
-            body, html = plain_and_html(text)
-        else:
-            body, html = text, None
+            # The plain body for clients that draw no HTML, and the HTML only when it adds some.
+            body = to_plain(text)
+            html = to_matrix_html(text) if has_markup(text) else None
         content: dict[str, Any] = {
             "msgtype": "m.notice" if chunk.message_type == "host" else "m.text",
             "body": body,

@@ -26,8 +26,7 @@ from telegram.error import BadRequest, ChatMigrated, Forbidden, TelegramError
 
 from postroom.channels.base import FormattingRejected, RateLimitedByPlatform
 from postroom.channels.telegram.request import FloodWait
-from postroom.core.chunking import chunk_text
-from postroom.core.formatting import format_for
+from postroom.core.formatting import format_within
 from postroom.engine.delivery import DeliveryFailed, OutgoingChunk
 from postroom.engine.outbox import DeliveryKind
 
@@ -43,8 +42,6 @@ __all__ = [
 
 #: ``sendMessage`` text limit, counted after the markup is read.
 TEXT_LIMIT = 4096
-#: Where an overlong chunk is cut again: below the limit, with room for a prefix.
-RECUT_LIMIT = 4000
 _TAG = re.compile(r"<[^>]*>")
 
 
@@ -111,4 +108,6 @@ def split_overlong(text: str, style: str, *, source: Callable[[], str]) -> list[
     chunk) cut again and each piece formatted in *style* on its own, so no tag is split."""
     if visible_length(text, style) <= TEXT_LIMIT:
         return [text]
-    return [format_for(style, piece) for piece in chunk_text(source(), RECUT_LIMIT)] or [text]
+    return format_within(
+        style, source(), TEXT_LIMIT, measure=lambda piece: visible_length(piece, style)
+    )

@@ -36,7 +36,6 @@ from postroom.channels.whatsapp.events import (
     signature_valid,
 )
 from postroom.channels.whatsapp.graph import GraphClient, GraphError
-from postroom.channels.whatsapp.markup import whatsapp_from_mrkdwn
 from postroom.core.errors import InvalidInput, PostroomError
 from postroom.core.jid import decode_id_part, split_jid
 from postroom.core.messages import Attachment, InboundMessage
@@ -66,7 +65,7 @@ class WhatsAppChannel(BaseChannel):
     name = "whatsapp"
     platforms = ("whatsapp",)
     # WhatsApp's markers are Slack's (*bold* _italic_ ~strike~); do_send undoes the rest.
-    format_style = "slack_mrkdwn"
+    format_style = "whatsapp"
 
     def __init__(self, config: WhatsAppConfig) -> None:
         super().__init__()
@@ -245,14 +244,13 @@ class WhatsAppChannel(BaseChannel):
     # -- outbound ------------------------------------------------------------------------------
     async def do_send(self, chunk: OutgoingChunk, text: str, style: str) -> SendResult:
         kind, to = _address(chunk.chat_jid)
-        body = whatsapp_from_mrkdwn(text) if style == "slack_mrkdwn" else text
-        if not body.strip():
+        if not text.strip():
             return SendResult()  # WhatsApp refuses an empty text; there is nothing to show
         # The first chunk quotes what it answers; the rest follow it without repeating that.
         quoted = chunk.reply_to if chunk.chunk == 0 and _is_wamid(chunk.reply_to) else None
         try:
             message_id = await self.graph.send_text(
-                to=to, text=body, group=kind == "group", context_id=quoted
+                to=to, text=text, group=kind == "group", context_id=quoted
             )
         except GraphError as exc:
             raise _translate(exc) from exc

@@ -1,4 +1,5 @@
-/* Postroom web chat: one WebSocket, no dependencies, no build step (ES2020).
+/* Postroom web chat: one WebSocket, no build step (ES2020); the one dependency, markdown-it,
+ * is a vendored static file (see static/vendor/README.md).
  *
  * Everything that comes from the server is put into the page with textContent or
  * createTextNode (never innerHTML), so message content can never become markup.
@@ -170,211 +171,95 @@
   }
 
   // ---------------------------------------------------------------- Markdown
-  // A small, safe subset: every piece of text becomes a text node; links only to
-  // http(s)/mailto; no raw HTML is ever interpreted.
+  // Parsed by markdown-it (vendored in /static/vendor/), configured as the server configures
+  // markdown-it-py for the chat platforms, so an answer has one structure everywhere. The page
+  // builds elements from its tokens: text is only ever a text node (raw HTML in an answer stays
+  // text), only known tags are made, and links go only to http(s) and mailto.
 
-  const ESCAPABLE = '\\`*_{}[]()#+-.!|~<>"\'';
-  const MAX_DEPTH = 8;
+  const markdown = typeof window.markdownit === 'function'
+    ? window.markdownit({ html: false, linkify: true, breaks: true, typographer: false })
+    : null;
 
-  function findCodeClose(text, from, run) {
-    let j = from;
-    while (j < text.length) {
-      const k = text.indexOf('`', j);
-      if (k === -1) return -1;
-      let n = 1;
-      while (text[k + n] === '`') n++;
-      if (n === run) return k;
-      j = k + n;
+  const BLOCK_TAGS = new Set(['p', 'ul', 'ol', 'li', 'blockquote', 'table', 'thead', 'tbody',
+    'tr', 'th', 'td']);
+  const SPAN_TAGS = new Set(['strong', 'em', 's']);
+
+  /** The element a block token opens, or null for a tag the page does not make. */
+  function blockElement(token) {
+    const tag = token.tag;
+    const heading = /^h([1-6])$/.exec(tag);
+    if (heading) {
+      const level = Number(heading[1]);
+      return h(`h${Math.min(6, level + 2)}`, { class: `md-h${level}` });
     }
-    return -1;
+    if (!BLOCK_TAGS.has(tag)) return null;
+    const el = h(tag, tag === 'th' ? { scope: 'col' } : null);
+    const start = tag === 'ol' ? token.attrGet('start') : null; // set only when not 1
+    if (start !== null && Number.isInteger(Number(start))) el.setAttribute('start', start);
+    const align = /text-align:(left|right|center)/.exec(token.attrGet('style') || '');
+    if (align) el.style.textAlign = align[1]; // CSSOM: allowed under a strict CSP
+    return el;
   }
 
-  function findCloser(text, from, delim) {
-    const len = delim.length;
-    for (let j = from; j <= text.length - len; j++) {
-      const ch = text[j];
-      if (ch === '\\') { j++; continue; }
-      if (ch === '`') {
-        let run = 1;
-        while (text[j + run] === '`') run++;
-        const end = findCodeClose(text, j + run, run);
-        j = (end === -1 ? j + run : end + run) - 1;
-        continue;
+  function buildBlocks(tokens, root) {
+    const stack = [root];
+    for (const token of tokens) {
+      const top = stack[stack.length - 1];
+      if (token.nesting === 1) {
+        // A tight list's paragraphs are hidden: their text goes straight into the item.
+        const el = token.hidden ? null : blockElement(token);
+        if (el) top.append(el);
+        stack.push(el || top);
+      } else if (token.nesting === -1) {
+        if (stack.length > 1) stack.pop();
+      } else if (token.type === 'inline') {
+        buildInline(token.children || [], top);
+      } else if (token.type === 'fence' || token.type === 'code_block') {
+        top.append(codeBlock(token.content.replace(/\n$/, ''), token.info.trim().split(/\s+/)[0]));
+      } else if (token.type === 'hr') {
+        top.append(h('hr'));
+      } else if (token.content) {
+        top.append(document.createTextNode(token.content));
       }
-      if (text.startsWith(delim, j)) {
-        if (len === 1) {
-          let run = 1;
-          while (text[j + run] === delim) run++;
-          if (run > 1) { j += run - 1; continue; }
+    }
+  }
+
+  function buildInline(tokens, parent) {
+    // Each open element, with the URL of a link the page will not open (else null).
+    const stack = [{ el: parent, unsafe: null }];
+    for (const token of tokens) {
+      const top = stack[stack.length - 1].el;
+      if (token.type === 'link_open') {
+        const raw = token.attrGet('href') || '';
+        const href = safeHref(raw);
+        const el = href ? linkEl(href) : h('span', { class: 'unsafe-link' });
+        top.append(el);
+        stack.push({ el, unsafe: href ? null : raw });
+      } else if (token.nesting === 1) {
+        const el = SPAN_TAGS.has(token.tag) ? h(token.tag === 's' ? 'del' : token.tag) : h('span');
+        top.append(el);
+        stack.push({ el, unsafe: null });
+      } else if (token.nesting === -1) {
+        const closed = stack.length > 1 ? stack.pop() : null;
+        if (closed && closed.unsafe !== null) {
+          // A link the page will not open reads "label (url)", as on the chat platforms.
+          const label = closed.el.textContent;
+          if (!label) closed.el.textContent = closed.unsafe;
+          else if (label !== closed.unsafe) closed.el.append(` (${closed.unsafe})`);
         }
-        if (j === from || /\s/.test(text[j - 1])) { j += len - 1; continue; }
-        if (delim[0] === '_' && isWordChar(text[j + len])) { j += len - 1; continue; }
-        return j;
+      } else if (token.type === 'softbreak' || token.type === 'hardbreak') {
+        top.append(h('br'));
+      } else if (token.type === 'code_inline') {
+        top.append(h('code', { text: token.content }));
+      } else if (token.type === 'image') {
+        const raw = token.attrGet('src') || '';
+        const href = safeHref(raw);
+        const alt = token.content || raw;
+        top.append(href ? linkEl(href, alt) : document.createTextNode(`${alt} (${raw})`));
+      } else if (token.content) {
+        top.append(document.createTextNode(token.content));
       }
     }
-    return -1;
-  }
-
-  function tryEmphasis(text, i, depth) {
-    for (const [delim, tag] of [['**', 'strong'], ['__', 'strong'], ['~~', 'del'], ['*', 'em'], ['_', 'em']]) {
-      if (!text.startsWith(delim, i)) continue;
-      const after = text[i + delim.length];
-      if (!after || /\s/.test(after)) continue;
-      if (delim[0] === '_' && isWordChar(text[i - 1])) continue;
-      if (delim.length === 1 && after === delim) continue;
-      const close = findCloser(text, i + delim.length, delim);
-      if (close === -1) continue;
-      const node = h(tag);
-      renderInline(text.slice(i + delim.length, close), node, depth + 1);
-      return { node, end: close + delim.length };
-    }
-    return null;
-  }
-
-  function tryLink(text, i, depth) {
-    let level = 0;
-    let j = i;
-    for (; j < text.length; j++) {
-      if (text[j] === '\\') { j++; continue; }
-      if (text[j] === '[') level++;
-      else if (text[j] === ']') {
-        level--;
-        if (level === 0) break;
-      }
-    }
-    if (j >= text.length || text[j + 1] !== '(') return null;
-    let k = j + 2;
-    let balance = 1;
-    for (; k < text.length; k++) {
-      if (text[k] === '\\') { k++; continue; }
-      if (text[k] === '\n') return null;
-      if (text[k] === '(') balance++;
-      else if (text[k] === ')') {
-        balance--;
-        if (balance === 0) break;
-      }
-    }
-    if (k >= text.length) return null;
-    let dest = text.slice(j + 2, k).trim();
-    const titled = /^(\S+)\s+(?:"[^"]*"|'[^']*')$/.exec(dest);
-    if (titled) dest = titled[1];
-    if (dest.startsWith('<') && dest.endsWith('>')) dest = dest.slice(1, -1);
-    const label = text.slice(i + 1, j);
-    const href = safeHref(dest);
-    const node = href ? linkEl(href) : h('span', { class: 'unsafe-link', title: 'link removed' });
-    renderInline(label || dest, node, depth + 1, true);
-    return { node, end: k + 1 };
-  }
-
-  function renderInline(text, parent, depth = 0, noLinks = false) {
-    let buf = '';
-    const flush = () => {
-      if (buf) parent.append(document.createTextNode(buf));
-      buf = '';
-    };
-    let i = 0;
-    while (i < text.length) {
-      const ch = text[i];
-      if (ch === '\\' && i + 1 < text.length && ESCAPABLE.includes(text[i + 1])) {
-        buf += text[i + 1];
-        i += 2;
-        continue;
-      }
-      if (ch === '\n') {
-        flush();
-        parent.append(h('br'));
-        i++;
-        continue;
-      }
-      if (ch === '`') {
-        let run = 1;
-        while (text[i + run] === '`') run++;
-        const end = findCodeClose(text, i + run, run);
-        if (end !== -1) {
-          flush();
-          let code = text.slice(i + run, end).replace(/\n/g, ' ');
-          if (code.length > 2 && code.startsWith(' ') && code.endsWith(' ') && code.trim()) {
-            code = code.slice(1, -1);
-          }
-          parent.append(h('code', { text: code }));
-          i = end + run;
-          continue;
-        }
-        buf += '`'.repeat(run);
-        i += run;
-        continue;
-      }
-      if (depth < MAX_DEPTH && (ch === '*' || ch === '_' || ch === '~')) {
-        const found = tryEmphasis(text, i, depth);
-        if (found) {
-          flush();
-          parent.append(found.node);
-          i = found.end;
-          continue;
-        }
-      }
-      if (ch === '[' && !noLinks && depth < MAX_DEPTH) {
-        const found = tryLink(text, i, depth);
-        if (found) {
-          flush();
-          parent.append(found.node);
-          i = found.end;
-          continue;
-        }
-      }
-      if (!noLinks && /[hHmMwW]/.test(ch) && !isWordChar(text[i - 1])) {
-        const m = AUTOLINK_RE.exec(text.slice(i, i + 2048));
-        if (m) {
-          const url = trimUrl(m[0]);
-          const href = safeHref(url);
-          if (href && url.length > 4) {
-            flush();
-            parent.append(linkEl(href, url));
-            i += url.length;
-            continue;
-          }
-        }
-      }
-      buf += ch;
-      i++;
-    }
-    flush();
-  }
-
-  const FENCE_RE = /^ {0,3}(`{3,}|~{3,})[ \t]*([^\s`]*)[^`]*$/;
-  const HEADING_RE = /^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$/;
-  const HR_RE = /^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$/;
-  const QUOTE_RE = /^ {0,3}>/;
-  const LIST_RE = /^( {0,3})([-*+]|\d{1,9}[.)])(?:[ \t]+(.*)|[ \t]*$)/;
-  const TABLE_SEP_RE = /^ {0,3}\|?[ \t]*:?-{1,}:?[ \t]*(?:\|[ \t]*:?-{1,}:?[ \t]*)*\|?[ \t]*$/;
-  const isBlank = (line) => /^\s*$/.test(line);
-
-  function isListItem(line) {
-    const m = LIST_RE.exec(line);
-    return !!m && (m[3] !== undefined && m[3] !== '');
-  }
-
-  function isBlockStart(line) {
-    return FENCE_RE.test(line) || HEADING_RE.test(line) || HR_RE.test(line)
-      || QUOTE_RE.test(line) || isListItem(line);
-  }
-
-  function splitRow(line) {
-    let s = line.trim();
-    if (s.startsWith('|')) s = s.slice(1);
-    if (s.endsWith('|') && !s.endsWith('\\|')) s = s.slice(0, -1);
-    const cells = [];
-    let cur = '';
-    let inCode = false;
-    for (let i = 0; i < s.length; i++) {
-      const ch = s[i];
-      if (ch === '\\' && s[i + 1] === '|') { cur += '|'; i++; continue; }
-      if (ch === '`') inCode = !inCode;
-      if (ch === '|' && !inCode) { cells.push(cur.trim()); cur = ''; continue; }
-      cur += ch;
-    }
-    cells.push(cur.trim());
-    return cells;
   }
 
   function codeBlock(code, lang) {
@@ -408,167 +293,14 @@
     return svg;
   }
 
-  function parseBlocks(lines, container, depth) {
-    let i = 0;
-    while (i < lines.length) {
-      const line = lines[i];
-      if (isBlank(line)) { i++; continue; }
-      let m;
-
-      if (depth < MAX_DEPTH && (m = FENCE_RE.exec(line))) {
-        const fence = m[1];
-        const body = [];
-        i++;
-        while (i < lines.length) {
-          const close = /^ {0,3}(`{3,}|~{3,})[ \t]*$/.exec(lines[i]);
-          if (close && close[1][0] === fence[0] && close[1].length >= fence.length) { i++; break; }
-          body.push(lines[i]);
-          i++;
-        }
-        container.append(codeBlock(body.join('\n'), m[2]));
-        continue;
-      }
-
-      if ((m = HEADING_RE.exec(line))) {
-        const level = m[1].length;
-        const node = h(`h${Math.min(6, level + 2)}`, { class: `md-h${level}` });
-        renderInline(m[2] || '', node, 0);
-        container.append(node);
-        i++;
-        continue;
-      }
-
-      if (HR_RE.test(line)) {
-        container.append(h('hr'));
-        i++;
-        continue;
-      }
-
-      if (depth < MAX_DEPTH && QUOTE_RE.test(line)) {
-        const inner = [];
-        while (i < lines.length && !isBlank(lines[i])) {
-          if (QUOTE_RE.test(lines[i])) inner.push(lines[i].replace(/^ {0,3}> ?/, ''));
-          else if (!isBlockStart(lines[i])) inner.push(lines[i]); // lazy continuation
-          else break;
-          i++;
-        }
-        const quote = h('blockquote');
-        parseBlocks(inner, quote, depth + 1);
-        container.append(quote);
-        continue;
-      }
-
-      if (depth < MAX_DEPTH && isListItem(line)) {
-        i = parseList(lines, i, container, depth);
-        continue;
-      }
-
-      if (line.includes('|') && i + 1 < lines.length && TABLE_SEP_RE.test(lines[i + 1])
-          && lines[i + 1].includes('-')) {
-        const head = splitRow(line);
-        const aligns = splitRow(lines[i + 1]).map((c) => {
-          const left = c.startsWith(':');
-          const right = c.endsWith(':');
-          if (left && right) return 'center';
-          if (right) return 'right';
-          return left ? 'left' : null;
-        });
-        if (aligns.length === head.length) {
-          const table = h('table');
-          const tr = h('tr');
-          head.forEach((cell, c) => {
-            const th = h('th', { scope: 'col' });
-            if (aligns[c]) th.style.textAlign = aligns[c]; // CSSOM: allowed under a strict CSP
-            renderInline(cell, th, 0);
-            tr.append(th);
-          });
-          table.append(h('thead', null, tr));
-          const tbody = h('tbody');
-          i += 2;
-          while (i < lines.length && !isBlank(lines[i]) && lines[i].includes('|')) {
-            const row = h('tr');
-            const cells = splitRow(lines[i]);
-            for (let c = 0; c < head.length; c++) {
-              const td = h('td');
-              if (aligns[c]) td.style.textAlign = aligns[c];
-              renderInline(cells[c] || '', td, 0);
-              row.append(td);
-            }
-            tbody.append(row);
-            i++;
-          }
-          table.append(tbody);
-          container.append(table);
-          continue;
-        }
-      }
-
-      const para = [line];
-      i++;
-      while (i < lines.length && !isBlank(lines[i]) && !isBlockStart(lines[i])) {
-        para.push(lines[i]);
-        i++;
-      }
-      const p = h('p');
-      renderInline(para.map((l) => l.replace(/^[ \t]+/, '')).join('\n'), p, 0);
-      container.append(p);
-    }
-  }
-
-  function parseList(lines, start, container, depth) {
-    let i = start;
-    const first = LIST_RE.exec(lines[i]);
-    const ordered = /\d/.test(first[2]);
-    const marker = ordered ? first[2].slice(-1) : first[2];
-    const list = h(ordered ? 'ol' : 'ul');
-    if (ordered) {
-      const n = parseInt(first[2], 10);
-      if (n !== 1) list.setAttribute('start', String(n));
-    }
-    const sameList = (m) => !!m && m[3] && (ordered ? /\d/.test(m[2]) && m[2].endsWith(marker) : m[2] === marker);
-    while (i < lines.length) {
-      const m = LIST_RE.exec(lines[i]);
-      if (!sameList(m)) break;
-      const contentIndent = m[1].length + m[2].length + 1;
-      const dedent = new RegExp(`^(?: {1,${Math.max(2, contentIndent)}}|\\t)`);
-      const item = [m[3]];
-      i++;
-      while (i < lines.length) {
-        const l = lines[i];
-        if (isBlank(l)) {
-          let j = i + 1;
-          while (j < lines.length && isBlank(lines[j])) j++;
-          if (j < lines.length && /^(?: {2,}|\t)/.test(lines[j])) {
-            item.push('');
-            i++;
-            continue;
-          }
-          break;
-        }
-        if (/^(?: {2,}|\t)/.test(l)) {
-          item.push(l.replace(dedent, ''));
-          i++;
-          continue;
-        }
-        if (isBlockStart(l)) break;
-        item.push(l);
-        i++;
-      }
-      const li = h('li');
-      parseBlocks(item, li, depth + 1);
-      list.append(li);
-      let j = i;
-      while (j < lines.length && isBlank(lines[j])) j++;
-      if (j > i && j < lines.length && sameList(LIST_RE.exec(lines[j]))) i = j;
-    }
-    container.append(list);
-    return i;
-  }
-
   function renderMarkdown(text) {
     const root = h('div', { class: 'md' });
-    const lines = String(text || '').replace(/\r\n?/g, '\n').split('\n');
-    parseBlocks(lines, root, 0);
+    const source = String(text || '');
+    if (!markdown) {
+      root.append(h('p', { class: 'plain', text: source })); // the parser did not load
+      return root;
+    }
+    buildBlocks(markdown.parse(source, {}), root);
     return root;
   }
 
@@ -599,6 +331,9 @@
     firstFolder: new Map(),
     filter: '',
     typing: new Map(),         // chat_jid -> {folder, timer}
+    streams: new Map(),        // job_id -> an answer shown while it is written (see onStream)
+    storedAnswers: new Set(),  // ids of stored answers shown: a stream naming one is done
+    answered: new Set(),       // job ids whose stored answer arrived: late stream frames go
     ws: null,
     open: false,
     attempt: 0,
@@ -929,7 +664,11 @@
     state.byKey.set(key, rec);
     if (pend) removePending(pend);
 
-    if (m.message_type === 'assistant') stopTyping(m.chat_jid);
+    if (m.message_type === 'assistant') {
+      stopTyping(m.chat_jid);
+      answered(m.metadata.job_id);
+      answeredBy(m.id);
+    }
     return rec;
   }
 
@@ -1051,8 +790,9 @@
   }
 
   function renderTyping() {
+    const streaming = new Set([...state.streams.values()].filter((s) => s.el).map((s) => s.chat));
     const entries = [...state.typing.entries()]
-      .filter(([, t]) => !state.filter || t.folder === state.filter);
+      .filter(([jid, t]) => (!state.filter || t.folder === state.filter) && !streaming.has(jid));
     const text = els.typing.querySelector('.typing-text');
     if (!entries.length) {
       els.typing.hidden = true;
@@ -1077,6 +817,98 @@
     for (const t of state.typing.values()) clearTimeout(t.timer);
     state.typing.clear();
     renderTyping();
+  }
+
+  // ---------------------------------------------------------------- answers being written
+  // With a streaming provider the server sends an answer's text as the model writes it
+  // (frames of type "stream": never stored). The growing answer is shown below the list and
+  // removed when the stored answer of the same job arrives, or when the run ends without one.
+
+  function onStream(frame) {
+    const job = frame.job_id;
+    const jid = frame.chat_jid;
+    if (job == null || !jid || state.answered.has(job)) return;
+    if (!state.operator && state.chatJid && jid !== state.chatJid) return;
+    let s = state.streams.get(job);
+    if (frame.done) {
+      if (!s) return;
+      // The stored answer replaces the text; if it never shows here, the text goes anyway.
+      if (frame.answer_id == null || state.storedAnswers.has(frame.answer_id)) dropStream(job);
+      else {
+        s.answerId = frame.answer_id;
+        s.timer = setTimeout(() => dropStream(job), ACCEPT_GRACE);
+      }
+      return;
+    }
+    const text = String(frame.text || '');
+    const offset = Number(frame.offset) || 0;
+    if (!s) {
+      if (offset !== 0) return; // joined mid-answer: wait for the stored one
+      s = { job, chat: jid, folder: frame.folder || '', text: '', points: 0, el: null, timer: null };
+      state.streams.set(job, s);
+    }
+    // Offsets count code points; JavaScript strings count UTF-16 units.
+    if (offset === 0) {
+      s.text = text;
+      s.points = [...text].length;
+    } else if (offset === s.points) {
+      s.text += text;
+      s.points += [...text].length;
+    } else {
+      return; // a frame was missed: the stored answer will say it all
+    }
+    withStick(() => { renderStream(s); renderTyping(); return false; });
+  }
+
+  function renderStream(s) {
+    let el = null;
+    if (s.text) {
+      const m = {
+        id: `stream-${s.job}`, chat_jid: s.chat, routed_to: s.folder, content: s.text,
+        message_type: 'assistant', seq: null, metadata: {},
+      };
+      el = renderAssistant(m, null);
+      el.classList.add('streaming');
+      el.dataset.testid = 'streaming';
+      el.dataset.job = String(s.job);
+      el.setAttribute('aria-busy', 'true');
+      el.hidden = !!state.filter && s.folder !== state.filter;
+    }
+    if (s.el && el) s.el.replaceWith(el);
+    else if (s.el) s.el.remove();
+    else if (el) els.streams.append(el);
+    s.el = el;
+  }
+
+  function dropStream(job) {
+    const s = state.streams.get(job);
+    if (!s) return;
+    clearTimeout(s.timer);
+    if (s.el) s.el.remove();
+    state.streams.delete(job);
+    renderTyping();
+  }
+
+  function answered(job) {
+    if (job == null) return;
+    dropStream(job);
+    state.answered.add(job);
+    if (state.answered.size > 500) state.answered.delete(state.answered.values().next().value);
+  }
+
+  // A visitor's copy of the stored answer carries no job id: it is matched by its own id,
+  // which the stream's last frame names (whichever of the two arrives first).
+  function answeredBy(id) {
+    if (id == null) return;
+    state.storedAnswers.add(id);
+    if (state.storedAnswers.size > 500) {
+      state.storedAnswers.delete(state.storedAnswers.values().next().value);
+    }
+    for (const s of state.streams.values()) if (s.answerId === id) dropStream(s.job);
+  }
+
+  function clearStreams() {
+    for (const job of [...state.streams.keys()]) dropStream(job);
   }
 
   // ---------------------------------------------------------------- pending sends
@@ -1431,6 +1263,7 @@
       case 'history': onHistory(frame); break;
       case 'message': onLiveMessage(frame.message); break;
       case 'typing': onTyping(frame); break;
+      case 'stream': onStream(frame); break;
       case 'accepted': onAccepted(frame); break;
       case 'error': onError(frame); break;
       case 'pong': break;
@@ -1500,6 +1333,7 @@
     state.open = false;
     stopPing();
     clearTyping();
+    clearStreams(); // frames sent while away are lost: the stored answers will come
     try { ws.close(); } catch { /* already closed */ }
     scheduleReconnect();
   }
@@ -1573,6 +1407,7 @@
     els.scroller = $('#scroller');
     els.messages = $('#messages');
     els.outbox = $('#outbox');
+    els.streams = $('#streams');
     els.empty = $('#empty');
     els.typing = $('#typing');
     els.composer = $('#composer');
@@ -1642,6 +1477,7 @@
     els.filter.addEventListener('change', () => {
       state.filter = els.filter.value;
       relayout();
+      for (const s of state.streams.values()) renderStream(s);
       renderTyping();
       scrollToBottom(false);
     });

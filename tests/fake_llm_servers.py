@@ -1,6 +1,7 @@
 """A scripted HTTP server for model-provider tests: it records every request and answers each
 with the next scripted reply (a JSON body, an SSE stream or NDJSON lines), speaking the wire
-format the real SDK expects. Served by uvicorn on a free loopback port in the test's loop."""
+format the real SDK expects. Served by uvicorn on a free loopback port in the test's loop.
+A stream can be paced (``every_s``), as a model writing slowly sends it."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from postroom.core.messages import MessageType, StoredMessage
@@ -58,6 +59,9 @@ class Reply:
     headers: Mapping[str, str] = field(default_factory=dict)
     #: Hold the answer back this long (for timeouts).
     delay_s: float = 0.0
+    #: Send the body in these pieces, ``every_s`` apart (a slow stream), instead of at once.
+    pieces: tuple[bytes, ...] = ()
+    every_s: float = 0.0
 
 
 def json_reply(
@@ -72,16 +76,17 @@ def json_reply(
     )
 
 
-def sse_reply(chunks: Sequence[Any]) -> Reply:
-    """Server-sent events as Gemini streams them: one ``data:`` line per JSON chunk."""
-    text = "".join(f"data: {json.dumps(chunk)}\r\n\r\n" for chunk in chunks)
-    return Reply(200, text.encode(), "text/event-stream")
+def sse_reply(chunks: Sequence[Any], *, every_s: float = 0.0) -> Reply:
+    """Server-sent events as Gemini streams them: one ``data:`` line per JSON chunk, each
+    *every_s* after the one before."""
+    pieces = tuple(f"data: {json.dumps(chunk)}\r\n\r\n".encode() for chunk in chunks)
+    return Reply(200, b"".join(pieces), "text/event-stream", pieces=pieces, every_s=every_s)
 
 
-def ndjson_reply(lines: Sequence[Any]) -> Reply:
-    """Newline-delimited JSON as Ollama streams it."""
-    text = "".join(json.dumps(line) + "\n" for line in lines)
-    return Reply(200, text.encode(), "application/x-ndjson")
+def ndjson_reply(lines: Sequence[Any], *, every_s: float = 0.0) -> Reply:
+    """Newline-delimited JSON as Ollama streams it, each line *every_s* after the one before."""
+    pieces = tuple((json.dumps(line) + "\n").encode() for line in lines)
+    return Reply(200, b"".join(pieces), "application/x-ndjson", pieces=pieces, every_s=every_s)
 
 
 @dataclass
@@ -121,12 +126,26 @@ class FakeServer:
         reply = self.replies.pop(0)
         if reply.delay_s:
             await asyncio.sleep(reply.delay_s)
+        if reply.every_s and reply.pieces:
+            return StreamingResponse(
+                _paced(reply.pieces, reply.every_s),
+                status_code=reply.status,
+                media_type=reply.media_type,
+                headers=dict(reply.headers),
+            )
         return Response(
             reply.body,
             status_code=reply.status,
             media_type=reply.media_type,
             headers=dict(reply.headers),
         )
+
+
+async def _paced(pieces: Sequence[bytes], every_s: float) -> AsyncIterator[bytes]:
+    for index, piece in enumerate(pieces):
+        if index:
+            await asyncio.sleep(every_s)
+        yield piece
 
 
 @contextlib.asynccontextmanager
