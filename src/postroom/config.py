@@ -19,6 +19,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from postroom.core.durations import parse_duration
 from postroom.core.errors import ConfigError
+from postroom.core.folder_settings import BUILTIN_PROVIDERS
 from postroom.core.folders import BusyPolicy, FolderDefaults, Session
 from postroom.core.trigger import DEFAULT_ALIASES, DEFAULT_ASSISTANT_NAME, Trigger
 
@@ -183,6 +184,10 @@ class Config(_Section):
 
     def trigger(self) -> Trigger:
         return Trigger(self.assistant.name, tuple(self.assistant.aliases))
+
+    def provider_names(self) -> frozenset[str]:
+        """The providers a folder may name: the built-in ones and every configured section."""
+        return frozenset(BUILTIN_PROVIDERS) | frozenset(self.providers)
 
     def folder_defaults(self) -> FolderDefaults:
         return FolderDefaults(

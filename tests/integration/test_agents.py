@@ -45,7 +45,6 @@ from postroom.engine.delivery import (
 )
 from postroom.engine.ingest import IngestResult
 from postroom.engine.memory import MemoryService
-from postroom.engine.persona import PersonaSource
 from postroom.engine.runner import ProviderRunner
 from postroom.engine.signals import Signals
 from postroom.engine.tools import ToolFactory
@@ -260,7 +259,6 @@ class Rig:
                     observe_window_messages=config.observe.window_messages,
                     observe_window_chars=config.observe.window_chars,
                 ),
-                personas=PersonaSource(data_dir / "folders"),
                 memory=memory,
                 compactor=compactor,
             ),
@@ -283,6 +281,7 @@ class Rig:
                 folders=services.folders,
                 max_depth=config.delegation.max_depth,
             ),
+            folders=services.folders,
         )
         sink = RecordingSink()
         delivery = DeliveryLoop(

@@ -147,9 +147,22 @@ def build_router(ctx: ApiContext) -> APIRouter:
 
     @api.post("/folders", status_code=201)
     async def add_folder(body: FolderIn) -> dict[str, Any]:
-        spec = FolderSpec.from_mapping(body.settings())
+        spec = FolderSpec(**body.settings())
         folder = await services.folders.add_folder(body.path, spec, actor=ACTOR)
         return folder_to_dict(folder)
+
+    @api.get("/folders/{path:path}", summary="One folder: its persona and every setting")
+    async def get_folder(path: str) -> dict[str, Any]:
+        return folder_to_dict(await services.folders.show(path))
+
+    @api.patch("/folders/{path:path}", summary="Change any subset of a folder's settings")
+    async def update_folder(
+        path: str,
+        body: dict[str, Any] = Body(  # noqa: B008
+            ..., examples=[{"persona": "You are Atlas.", "model": None}]
+        ),
+    ) -> dict[str, Any]:
+        return folder_to_dict(await services.folders.update(path, body, actor=ACTOR))
 
     @api.delete("/folders/{path:path}", status_code=204)
     async def delete_folder(path: str) -> Response:

@@ -19,7 +19,9 @@ from postroom.config import CONFIG_FILE, DATABASE_FILE, Config
 from postroom.core.errors import PostroomError
 from postroom.core.folders import effective_settings
 from postroom.core.target import parse_target
+from postroom.engine.catalog import Catalog
 from postroom.engine.clock import system_clock
+from postroom.engine.folders import FileProblem, FolderService
 from postroom.llm.accounts import AccountPool
 from postroom.store.sqlite import SqliteStore
 from postroom.store.sqlite.migrate import available_migrations
@@ -58,11 +60,19 @@ async def run_doctor(data_dir: Path, config: Config) -> list[Check]:
         async with store.read() as tx:
             routes = await tx.list_routes()
             folders = {f.path: f for f in await tx.list_folders()}
+        agent_files = await FolderService(
+            store=store,
+            catalog=Catalog(),
+            clock=system_clock,
+            folders_dir=data_dir / "folders",
+            providers=config.provider_names(),
+        ).file_problems()
     finally:
         await store.close()
     version = len(available_migrations())
     checks.append(Check("database", True, f"{database} (schema {version}), {len(folders)} folders"))
     checks.append(_routes_check(routes, folders))
+    checks.append(_agent_files_check(agent_files))
     checks.append(_bind_check(config))
     checks.extend(await _provider_checks(config, folders))
     checks.extend(await _channel_checks(config))
@@ -87,6 +97,15 @@ def _routes_check(routes: list[Any], folders: dict[str, Any]) -> Check:
     if missing:
         return Check("routes", False, "targets that no longer exist: " + ", ".join(missing))
     return Check("routes", True, f"{len(routes)} routes, every target exists")
+
+
+def _agent_files_check(problems: list[FileProblem]) -> Check:
+    invalid = [p for p in problems if not p.pending]
+    if invalid:
+        return Check("agent files", False, " ".join(p.detail for p in invalid))
+    if problems:
+        return Check("agent files", False, " ".join(p.detail for p in problems), warning=True)
+    return Check("agent files", True, "every AGENT.md agrees with its folder")
 
 
 def _bind_check(config: Config) -> Check:

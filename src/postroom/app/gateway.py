@@ -45,7 +45,6 @@ from postroom.engine.enrich import Enricher
 from postroom.engine.feed import MessageFeed
 from postroom.engine.ingest import IngestLimits
 from postroom.engine.memory import MemoryService
-from postroom.engine.persona import PersonaSource
 from postroom.engine.runner import ProviderRunner
 from postroom.engine.services import Services
 from postroom.engine.signals import Signals
@@ -186,9 +185,11 @@ class Gateway:
             owners=frozenset(config.owners.senders),
             signals=signals,
             metrics=metrics,
+            providers=config.provider_names(),
         )
-        async with store.read() as tx:
-            await services.catalog.reload(tx)
+        # AGENT.md files edited while no server ran (and, once, every file an older postroom
+        # wrote) are imported now; from here on each folder's file is checked before its turns.
+        await services.folders.import_edits()
         transcriber = _transcriber(config)
         webhooks: WebhookSession | None = None
         sinks = SinkRouter(fallback=EventStreamSink())
@@ -248,7 +249,6 @@ class Gateway:
                     observe_window_messages=config.observe.window_messages,
                     observe_window_chars=config.observe.window_chars,
                 ),
-                personas=PersonaSource(data_dir / "folders"),
                 memory=memory,
                 compactor=compactor,
                 enricher=Enricher(store=store, transcribe=transcriber),
@@ -273,6 +273,7 @@ class Gateway:
                 folders=services.folders,
                 max_depth=config.delegation.max_depth,
             ),
+            folders=services.folders,
         )
         delivery = DeliveryLoop(
             store=store,

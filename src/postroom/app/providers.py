@@ -16,13 +16,14 @@ from typing import Any
 
 from postroom.config import Config, ProviderConfig
 from postroom.core.errors import ConfigError
+from postroom.core.folder_settings import BUILTIN_PROVIDERS
 from postroom.llm.accounts import AccountPool
 from postroom.llm.base import Provider
 from postroom.llm.echo import EchoProvider
 
 __all__ = ["KINDS", "account_label", "build_providers", "close_providers"]
 
-KINDS = ("anthropic", "openai", "gemini", "ollama", "local", "echo")
+KINDS = BUILTIN_PROVIDERS
 #: Providers that need no key (one account, the local one).
 KEYLESS = frozenset({"ollama", "local", "echo"})
 

@@ -7,9 +7,11 @@ can build any of them alone.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
+from postroom.core.folder_settings import BUILTIN_PROVIDERS
 from postroom.core.folders import FolderDefaults
 from postroom.core.trigger import Trigger
 from postroom.engine.catalog import Catalog
@@ -59,12 +61,20 @@ class Services:
         owners: frozenset[str] = frozenset(),
         signals: Signals | None = None,
         metrics: Metrics | None = None,
+        providers: Collection[str] = BUILTIN_PROVIDERS,
     ) -> Services:
+        """*providers*: the names a folder's ``provider`` may take (built-in and configured)."""
         catalog = Catalog()
         signals = signals or Signals()
         queue = queue or QueueSettings()
         router = Router(store=store, catalog=catalog, trigger=trigger, clock=clock)
-        folders = FolderService(store=store, catalog=catalog, clock=clock, folders_dir=folders_dir)
+        folders = FolderService(
+            store=store,
+            catalog=catalog,
+            clock=clock,
+            folders_dir=folders_dir,
+            providers=providers,
+        )
         return cls(
             store=store,
             catalog=catalog,
@@ -106,6 +116,7 @@ class Services:
         queue: QueueSettings | None = None,
         owners: frozenset[str] = frozenset(),
         signals: Signals | None = None,
+        providers: Collection[str] = BUILTIN_PROVIDERS,
     ) -> Services:
         store = await SqliteStore.open(database)
         return cls.build(
@@ -118,6 +129,7 @@ class Services:
             queue=queue,
             owners=owners,
             signals=signals,
+            providers=providers,
         )
 
     async def close(self) -> None:

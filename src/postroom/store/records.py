@@ -15,6 +15,7 @@ __all__ = [
     "ConversationRecord",
     "DeliveryRecord",
     "DropRecord",
+    "FolderAuditRecord",
     "JobKind",
     "JobRecord",
     "JobStatus",
@@ -26,6 +27,7 @@ __all__ = [
     "RouteRecord",
     "RouteSpec",
     "RunRecord",
+    "RunSummary",
     "TaskRecord",
     "UsageRow",
 ]
@@ -64,6 +66,19 @@ class RouteAuditRecord:
     actor: str
     action: str
     route_id: int | None
+    before: Any
+    after: Any
+
+
+@dataclass(frozen=True, slots=True)
+class FolderAuditRecord:
+    """Who changed a folder's settings, when, how, and the settings before and after."""
+
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    folder: str
     before: Any
     after: Any
 
@@ -244,6 +259,24 @@ class RunRecord:
     id: int | None = None
     #: ``turn``, or the housekeeping call it was: ``memory_flush``, ``summary``.
     purpose: str = "turn"
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """A run without its request and output: what ``runs list`` shows."""
+
+    id: int
+    job_id: int
+    folder: str
+    provider: str
+    model: str | None
+    usage: dict[str, Any] | None
+    cost: float | None
+    duration_ms: int | None
+    outcome: str
+    error: str | None
+    started_at: datetime
+    purpose: str
 
 
 @dataclass(frozen=True, slots=True)
