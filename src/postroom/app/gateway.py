@@ -32,6 +32,7 @@ from postroom.app.channels import ChannelHost, build_channels
 from postroom.app.detect import ECHO_HINT
 from postroom.app.metrics import PrometheusMetrics
 from postroom.app.providers import build_providers, close_providers
+from postroom.app.server_client import remove_serve_file, write_serve_file
 from postroom.channels.base import ChannelContext
 from postroom.channels.http import EventStreamSink, WebhookSession, WebhookSink
 from postroom.config import CONFIG_FILE, DATABASE_FILE, Config
@@ -152,6 +153,8 @@ class Gateway:
     metrics: PrometheusMetrics
     channels: ChannelHost
     providers: Mapping[str, Provider] = field(default_factory=dict)
+    #: Where ``serve.json`` is written while :meth:`run` listens.
+    data_dir: Path | None = None
 
     @classmethod
     async def build(cls, data_dir: Path, config: Config) -> Gateway:
@@ -207,7 +210,8 @@ class Gateway:
                 ),
             )
         tasks = services.tasks
-        providers = build_providers(config, clock=services.clock)
+        used = {f.provider for f in services.catalog.snapshot.folders.values() if f.provider}
+        providers = build_providers(config, clock=services.clock, used=used)
         models = ModelTable(
             {
                 name: ModelInfo(m.context_window, m.input_per_mtok, m.output_per_mtok)
@@ -357,6 +361,7 @@ class Gateway:
             metrics=metrics,
             channels=channels,
             providers=providers,
+            data_dir=data_dir,
         )
 
     _stop: asyncio.Event | None = None
@@ -421,12 +426,19 @@ class Gateway:
             await serving  # raises the bind error, if any
             raise PostroomError(f"The HTTP server on {host}:{port} stopped at start.")
         log.info("serve.ready", host=host, port=port, pid=os.getpid())
-        if on_ready is not None:
-            on_ready(host, port)
-        if self.webhooks is not None:
-            self.webhooks.preload()
-        waiter = asyncio.create_task(stop.wait(), name="stop-signal")
-        await asyncio.wait({waiter, serving}, return_when=asyncio.FIRST_COMPLETED)
+        if self.data_dir is not None:
+            # INTERFACES §1: the CLI finds this server (and its real port) here.
+            write_serve_file(self.data_dir, host, port)
+        try:
+            if on_ready is not None:
+                on_ready(host, port)
+            if self.webhooks is not None:
+                self.webhooks.preload()
+            waiter = asyncio.create_task(stop.wait(), name="stop-signal")
+            await asyncio.wait({waiter, serving}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if self.data_dir is not None:
+                remove_serve_file(self.data_dir)
         log.info("serve.stopping")
         server.should_exit = True
         await self.channels.stop()

@@ -68,30 +68,35 @@ def usage(
     stdout.print(f"Total: {sum(r.runs for r in rows)} runs, ${total:.4f}")
 
 
-def doctor(ctx: typer.Context, as_json: JsonOption = False) -> None:
-    """Check the configuration, database, routes, providers and server; say what to fix."""
+def doctor(
+    ctx: typer.Context,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            "--timeout", min=0.1, max=600, help="How long each provider or channel may take (s)."
+        ),
+    ] = 10.0,
+    as_json: JsonOption = False,
+) -> None:
+    """Check the configuration, database, routes, folders, providers, channels and server; say
+    what to fix. The checks that wait on the network run at once, each printed as it ends."""
     from postroom.app.doctor import Check, run_doctor  # it imports every channel and provider
 
     cli = context(ctx)
 
+    def show(check: Check) -> None:
+        if as_json:
+            return  # the whole list, in a fixed order, at the end
+        mark, style = (
+            ("✓", "green") if check.ok else ("!", "yellow") if check.warning else ("✗", "red")
+        )
+        stdout.print(Text(f"{mark} {check.name}: ", style=style) + Text(check.detail))
+
     async def body() -> list[Check]:
-        return await run_doctor(cli.data_dir, cli.config())
+        return await run_doctor(cli.data_dir, cli.config(), report=show, timeout_s=timeout)
 
     checks = run(body)
     if as_json:
         print_json([c.to_dict() for c in checks])
-    else:
-        for check in checks:
-            mark, style = (
-                ("✓", "green")
-                if check.ok
-                else ("!", "yellow")
-                if check.warning
-                else (
-                    "✗",
-                    "red",
-                )
-            )
-            stdout.print(Text(f"{mark} {check.name}: ", style=style) + Text(check.detail))
     if any(not c.ok and not c.warning for c in checks):
         raise typer.Exit(1)

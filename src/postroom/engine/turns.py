@@ -10,6 +10,7 @@ it, ``interrupt`` cancels it and queues one that answers everything, ``steer`` b
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import datetime
 from enum import IntEnum
@@ -23,6 +24,7 @@ from postroom.store.protocol import Store, StoreTx
 from postroom.store.records import JobRecord, JobStatus, NewJob
 
 __all__ = [
+    "FINISHED",
     "Enqueued",
     "Priority",
     "QueueSettings",
@@ -32,6 +34,10 @@ __all__ = [
     "job_to_dict",
     "turn_priority",
 ]
+
+
+#: The statuses a job does not leave by itself.
+FINISHED = frozenset({JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED})
 
 
 class Priority(IntEnum):
@@ -169,6 +175,19 @@ class TurnService:
         if job is None:
             raise NotFound(f"There is no job {job_id}.")
         return job
+
+    async def finished(self, job_id: int, *, timeout_s: float, poll_s: float = 0.2) -> JobRecord:
+        """The job once it is done, failed or cancelled; ``TimeoutError`` after *timeout_s*.
+
+        For a person waiting on a command (``send --wait``): another process runs the turn, so
+        the job's row is read every *poll_s* — never on a hot path.
+        """
+        async with asyncio.timeout(timeout_s):
+            while True:
+                job = await self.get_job(job_id)
+                if job.status in FINISHED:
+                    return job
+                await asyncio.sleep(poll_s)
 
     async def retry(self, job_id: int) -> JobRecord:
         async with self._store.write() as tx:
