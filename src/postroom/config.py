@@ -273,6 +273,8 @@ def load_config(
     if overrides:
         for keys, value in _flatten(overrides):
             _merge(data, keys, value)
+            # A flag wins over the environment: a bad value is then the flag's.
+            env_keys[keys] = "--" + keys[-1].replace("_", "-")
     _check_channels(data.get("channels"), path, env_keys)
     try:
         return Config.model_validate(data)
@@ -336,7 +338,11 @@ def _source(loc: tuple[str, ...], path: Path, env_keys: Mapping[tuple[str, ...],
         ),
         None,
     )
-    return f"environment variable {variable}" if variable else str(path)
+    if variable is None:
+        return str(path)
+    if variable.startswith("--"):
+        return f"the command-line flag {variable}"
+    return f"environment variable {variable}"
 
 
 def _env_value(raw: str) -> Any:

@@ -25,7 +25,12 @@ from postroom.engine.services import Services
 from postroom.engine.signals import Event
 from postroom.engine.tasks import TaskService, task_to_dict
 from postroom.engine.turns import job_to_dict
-from postroom.engine.views import drop_to_dict, message_to_dict, run_to_dict
+from postroom.engine.views import (
+    drop_to_dict,
+    message_to_dict,
+    run_summary_to_dict,
+    run_to_dict,
+)
 
 __all__ = ["ApiContext", "build_router", "inbound_from_body", "ingest_body"]
 
@@ -205,7 +210,8 @@ def build_router(ctx: ApiContext) -> APIRouter:
         status: str | None = None, limit: int = Query(100, ge=1, le=1000)
     ) -> dict[str, Any]:
         jobs = await services.turns.list_jobs(status=status, limit=limit)
-        return {"jobs": [job_to_dict(j) for j in jobs]}
+        runs = await services.history.run_ids([j.id for j in jobs])
+        return {"jobs": [job_to_dict(j, run_ids=runs.get(j.id, [])) for j in jobs]}
 
     @api.post("/jobs/{job_id}/retry")
     async def retry_job(job_id: int) -> dict[str, Any]:
@@ -214,6 +220,13 @@ def build_router(ctx: ApiContext) -> APIRouter:
     @api.post("/jobs/{job_id}/cancel")
     async def cancel_job(job_id: int) -> dict[str, Any]:
         return job_to_dict(await services.turns.cancel(job_id))
+
+    @api.get("/runs", summary="Run summaries, newest first")
+    async def list_runs(
+        folder: str | None = None, limit: int = Query(50, ge=1, le=1000)
+    ) -> dict[str, Any]:
+        found = await services.history.runs(folder=folder, limit=limit)
+        return {"runs": [run_summary_to_dict(r) for r in found]}
 
     @api.get("/runs/{run_id}")
     async def get_run(run_id: int) -> dict[str, Any]:

@@ -165,6 +165,14 @@ class Gateway:
                 "`postroom init` first, or pass --data DIR."
             )
         store = await SqliteStore.open(database)
+        try:
+            return await cls._build(data_dir, config, store)
+        except BaseException:
+            await store.close()  # or its thread keeps the process alive
+            raise
+
+    @classmethod
+    async def _build(cls, data_dir: Path, config: Config, store: SqliteStore) -> Gateway:
         queue = QueueSettings(
             max_attempts=config.queue.max_attempts,
             backoff_base_s=config.queue.backoff_base_s,

@@ -14,12 +14,16 @@ from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from typing import Any
 
+import structlog
+
 from postroom.config import Config, ProviderConfig
-from postroom.core.errors import ConfigError
+from postroom.core.errors import ConfigError, PostroomError
 from postroom.core.folder_settings import BUILTIN_PROVIDERS
 from postroom.llm.accounts import AccountPool
 from postroom.llm.base import Provider
 from postroom.llm.echo import EchoProvider
+
+log = structlog.get_logger(__name__)
 
 __all__ = [
     "KEYLESS",
@@ -84,13 +88,20 @@ def build_providers(
     (*used*) name it."""
     echo = config.providers.get("echo")
     providers: dict[str, Provider] = {"echo": EchoProvider(delay_ms=echo.delay_ms if echo else 0)}
-    sections = dict(config.providers)
-    for name in {config.defaults.provider, *used} & KEYLESS:
-        sections.setdefault(name, ProviderConfig())
-    for name, section in sections.items():
+    for name, section in config.providers.items():
         provider = build_provider(name, section, clock=clock)
         if provider is not None:
             providers[name] = provider
+    for name in sorted(({config.defaults.provider, *used} & KEYLESS) - set(config.providers)):
+        try:
+            implied = build_provider(name, ProviderConfig(), clock=clock)
+        except PostroomError as exc:
+            # Not asked for by a section: the server still starts; the folders that use it get
+            # the error per turn, and postroom doctor says how to install it.
+            log.warning("provider.unavailable", provider=name, error=str(exc))
+            continue
+        if implied is not None:
+            providers[name] = implied
     return providers
 
 

@@ -9,11 +9,10 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
 from postroom.app.server_client import ServerUnavailable, get_json, running_server, server_base
-from postroom.cli.common import context, print_json, stdout, user_errors
+from postroom.cli.common import context, print_json, stdout, table, user_errors
 
 __all__ = ["channels"]
 
@@ -61,7 +60,13 @@ def channels(
             markup=False,
         )
         return
-    table = Table("channel", "state", "last event", "last error")
+    lines = table(
+        "channel",
+        "state",
+        "last event",
+        "last error",
+        keep=("channel",),
+    )
     styles = {"connected": "green", "error": "red", "not running": "dim"}
     for row in rows:
         error = row.get("last_error") or ""
@@ -70,10 +75,10 @@ def channels(
         state = row.get("state", "?")
         detail = f" — {row['detail']}" if row.get("detail") else ""
         # Platform error texts are data: Text, never markup.
-        table.add_row(
+        lines.add_row(
             Text(str(row.get("name"))),
             Text(state, style=styles.get(state, "yellow")) + Text(detail),
             Text(str(row.get("last_event_at") or "·")),
             Text(error or "·"),
         )
-    stdout.print(table)
+    stdout.print(lines)

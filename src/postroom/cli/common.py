@@ -65,15 +65,16 @@ stderr = _Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def table(*headers: str, keep: tuple[str, ...] = ()) -> Table:
-    """A table that fits the terminal: long values wrap between words, and a word longer than
-    its column ends with ``…`` rather than being cut silently. Columns named in *keep* (ids,
-    numbers, paths) are never wrapped or shortened; the others give way."""
+    """A table that fits the terminal, and prints in full when piped: a long value wraps
+    between words (a word longer than its column is folded onto the next line, never cut).
+    Columns named in *keep* (ids, numbers, times) stay on one line; the others give way,
+    the widest first."""
     out = Table()
     for header in headers:
         if header in keep:
             out.add_column(header, no_wrap=True, overflow="ignore", min_width=len(header))
         else:
-            out.add_column(header, overflow="ellipsis")
+            out.add_column(header, overflow="fold")
     return out
 
 

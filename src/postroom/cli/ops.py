@@ -6,10 +6,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
-from postroom.cli.common import context, print_json, run, services_for, stdout
+from postroom.cli.common import context, print_json, run, services_for, stdout, table
 from postroom.store.records import UsageRow
 
 __all__ = ["doctor", "usage"]
@@ -42,7 +41,7 @@ def usage(
                     "runs": r.runs,
                     "input_tokens": r.input_tokens,
                     "output_tokens": r.output_tokens,
-                    "cost": round(r.cost, 6),
+                    "cost": None if r.cost is None else round(r.cost, 6),
                 }
                 for r in rows
             ]
@@ -51,9 +50,19 @@ def usage(
     if not rows:
         stdout.print("No runs in that period.", style="dim")
         return
-    table = Table("day", "folder", "provider", "model", "runs", "in", "out", "cost (USD)")
+    lines = table(
+        "day",
+        "folder",
+        "provider",
+        "model",
+        "runs",
+        "in",
+        "out",
+        "cost (USD)",
+        keep=("day", "runs", "in", "out", "cost (USD)"),
+    )
     for r in rows:
-        table.add_row(
+        lines.add_row(
             r.day,
             r.folder,
             r.provider,
@@ -61,11 +70,18 @@ def usage(
             str(r.runs),
             f"{r.input_tokens:,}",
             f"{r.output_tokens:,}",
-            f"{r.cost:.4f}",
+            "unpriced" if r.cost is None else f"{r.cost:.4f}",
         )
-    total = sum(r.cost for r in rows)
-    stdout.print(table)
-    stdout.print(f"Total: {sum(r.runs for r in rows)} runs, ${total:.4f}")
+    stdout.print(lines)
+    priced = sum(r.cost for r in rows if r.cost is not None)
+    unpriced = sum(r.runs for r in rows if r.cost is None)
+    total = f"Total: {sum(r.runs for r in rows)} runs, ${priced:.4f}"
+    if unpriced:
+        total += (
+            f" and {unpriced} run(s) of models without a price (give them one in "
+            '[models."<name>"] of postroom.toml)'
+        )
+    stdout.print(total, markup=False)
 
 
 def doctor(

@@ -8,13 +8,23 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
+from rich.text import Text
 
-from postroom.cli.common import actor, context, fail, print_json, run, services_for, stdout
+from postroom.cli.common import (
+    actor,
+    context,
+    fail,
+    print_json,
+    run,
+    services_for,
+    stderr,
+    stdout,
+    table,
+)
 from postroom.cli.inbound import build_inbound
 from postroom.cli.render import print_decision
 from postroom.core.decision import Decision
-from postroom.engine.routes import RouteView
+from postroom.engine.routes import RouteView, route_warnings
 from postroom.store.records import RouteAuditRecord, RouteRecord
 
 __all__ = ["app"]
@@ -37,13 +47,16 @@ def add(
     """Add a route; prints its id."""
     cli = context(ctx)
 
-    async def body() -> int:
+    async def body() -> tuple[int, list[str]]:
         async with services_for(cli) as services:
-            return await services.routes.add_route(seq, match, target, actor=actor())
+            route_id = await services.routes.add_route(seq, match, target, actor=actor())
+            return route_id, route_warnings(await services.routes.list_routes(), route_id)
 
-    route_id = run(body)
+    route_id, warnings = run(body)
+    for warning in warnings:  # the row is added all the same: the operator may mean it
+        stderr.print(Text("warning: ", style="bold yellow") + Text(warning + "."))
     if as_json:
-        print_json({"id": route_id})
+        print_json({"id": route_id, "warnings": warnings})
     else:
         stdout.print(str(route_id))
 
@@ -62,9 +75,18 @@ def list_(ctx: typer.Context, as_json: JsonOption = False) -> None:
     if as_json:
         print_json([v.to_dict() for v in views])
         return
-    table = Table("id", "seq", "match", "target", "mode", "fires on", "shadowed by")
+    rows = table(
+        "id",
+        "seq",
+        "match",
+        "target",
+        "mode",
+        "fires on",
+        "shadowed by",
+        keep=("id", "seq", "mode", "shadowed by"),
+    )
     for view in views:
-        table.add_row(
+        rows.add_row(
             str(view.id),
             str(view.seq),
             view.match or "(every message)",
@@ -73,7 +95,7 @@ def list_(ctx: typer.Context, as_json: JsonOption = False) -> None:
             view.fires_on,
             "·" if view.shadowed_by is None else f"row {view.shadowed_by}",
         )
-    stdout.print(table)
+    stdout.print(rows)
 
 
 @app.command("rm")
@@ -192,16 +214,16 @@ def history(
             ]
         )
         return
-    table = Table("at", "actor", "action", "route", "change")
+    rows = table("at", "actor", "action", "route", "change", keep=("at", "route"))
     for e in entries:
-        table.add_row(
+        rows.add_row(
             e.at.strftime("%Y-%m-%d %H:%M:%S"),
             e.actor,
             e.action,
             "·" if e.route_id is None else str(e.route_id),
             _change(e),
         )
-    stdout.print(table)
+    stdout.print(rows)
 
 
 def _change(entry: RouteAuditRecord) -> str:

@@ -171,6 +171,10 @@ def _budget(value: Any, _: Collection[str]) -> float:
 def _text(key: str, value: Any) -> str:
     if not isinstance(value, str):
         raise InvalidInput(f"{key} must be text, not {type(value).__name__}.")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(f"{key} is not valid text: it holds a lone surrogate.") from None
     return value
 
 

@@ -130,9 +130,9 @@ async def enqueue_turn(
     return Enqueued(new_id, conversation_id, joined=False, interrupted=interrupted)
 
 
-def job_to_dict(job: JobRecord) -> dict[str, Any]:
-    """The public job object (INTERFACES §4)."""
-    return {
+def job_to_dict(job: JobRecord, *, run_ids: list[int] | None = None) -> dict[str, Any]:
+    """The public job object (INTERFACES §4); with *run_ids*, also the runs it made."""
+    out = {
         "id": job.id,
         "conversation_id": job.conversation_id,
         "folder": job.folder,
@@ -150,6 +150,9 @@ def job_to_dict(job: JobRecord) -> dict[str, Any]:
         "finished_at": job.finished_at.isoformat() if job.finished_at else None,
         "message_ids": [message_id for message_id, _ in job.messages],
     }
+    if run_ids is not None:
+        out["run_ids"] = run_ids
+    return out
 
 
 class TurnService:

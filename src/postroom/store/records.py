@@ -329,4 +329,5 @@ class UsageRow:
     runs: int
     input_tokens: int
     output_tokens: int
-    cost: float
+    #: ``None`` when a run used tokens of a model without a price (the cost is unknown).
+    cost: float | None
