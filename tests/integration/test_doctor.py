@@ -31,6 +31,7 @@ from postroom.config import Config
 from postroom.llm.local import extra_install_command
 
 from fake_llm import serve
+from support import cli_env
 
 KEYS = ("sk-ant-test-FIRST-key-0000-1111aaaa", "sk-ant-test-SECOND-key-0000-2222bbbb")
 MODELS = {
@@ -78,19 +79,14 @@ async def gate() -> AsyncIterator[tuple[Gate, str]]:
 
 
 def _env() -> dict[str, str]:
-    vendor = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "OLLAMA_HOST")
-    return {
-        k: v for k, v in os.environ.items() if not k.startswith("POSTROOM_") and k not in vendor
-    }
-
-
-def _unset() -> dict[str, str | None]:
-    return {k: None for k in os.environ if k not in _env()}
+    """The environment of a ``doctor`` subprocess: this one's, without configuration."""
+    unset = cli_env()
+    return {k: v for k, v in os.environ.items() if k not in unset}
 
 
 def _data_dir(tmp_path: Path, base_url: str) -> Path:
     data = tmp_path / "d"
-    result = CliRunner().invoke(cli_app, ["--data", str(data), "init"], env=_unset())
+    result = CliRunner().invoke(cli_app, ["--data", str(data), "init"], env=cli_env())
     assert result.exit_code == 0, result.stderr
     config = data / "postroom.toml"
     text = config.read_text("utf-8").replace('provider = "echo"', 'provider = "anthropic"')
@@ -159,14 +155,14 @@ def test_the_advice_for_the_local_model_asks_for_no_key_and_matches_this_install
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # as if the extra were not installed
     data = tmp_path / "d"
     runner = CliRunner()
-    assert runner.invoke(cli_app, ["--data", str(data), "init"], env=_unset()).exit_code == 0
+    assert runner.invoke(cli_app, ["--data", str(data), "init"], env=cli_env()).exit_code == 0
     added = runner.invoke(
         cli_app,
         ["--data", str(data), "folders", "add", "tiny", "--provider", "local"],
-        env=_unset(),
+        env=cli_env(),
     )
     assert added.exit_code == 0, added.stderr  # a built-in provider needs no section
-    result = runner.invoke(cli_app, ["--data", str(data), "doctor", "--json"], env=_unset())
+    result = runner.invoke(cli_app, ["--data", str(data), "doctor", "--json"], env=cli_env())
     assert result.exit_code == 1, result.stdout
     checks = {c["check"]: (c["status"], c["detail"]) for c in json.loads(result.stdout)}
     status, detail = checks["provider local"]

@@ -10,20 +10,17 @@ turn uses it" is checked on the system prompt the provider actually receives.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import logging
 import os
 import sqlite3
 import tomllib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import structlog
 from structlog.testing import capture_logs
 from typer.testing import CliRunner, Result
 
@@ -33,7 +30,7 @@ from postroom.config import load_config
 from postroom.store.sqlite.migrate import available_migrations
 
 from fake_llm import FakeLLM, Reply, serve
-from support import eventually
+from support import api_client, cli_env, eventually, logging_kept
 
 MESSAGES = "/v1/messages"
 CHAT = "telegram:group/5"
@@ -57,13 +54,8 @@ FOLDER_KEYS = {
 runner = CliRunner()
 
 
-def _clean_env() -> dict[str, str | None]:
-    vendor = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "OLLAMA_HOST")
-    return {name: None for name in os.environ if name.startswith("POSTROOM_") or name in vendor}
-
-
 def cli(data_dir: Path, *args: str) -> Result:
-    return runner.invoke(cli_app, ["--data", str(data_dir), *args], env=_clean_env())
+    return runner.invoke(cli_app, ["--data", str(data_dir), *args], env=cli_env())
 
 
 def ok(data_dir: Path, *args: str) -> str:
@@ -98,7 +90,7 @@ def reply(text: str) -> Reply:
 def fresh(tmp_path: Path) -> Path:
     """``postroom init``: folder main, route ``9999 "" → main``."""
     directory = tmp_path / "d"
-    with _logging_kept():
+    with logging_kept():
         ok(directory, "init")
     return directory
 
@@ -144,16 +136,11 @@ async def server(fresh: Path, fake: tuple[FakeLLM, str]) -> AsyncIterator[Server
     config_file.write_text(
         text + f'\n[providers.anthropic]\napi_keys = ["sk-ant-test-0000"]\nbase_url = "{url}"\n'
     )
-    token = tomllib.loads(config_file.read_text("utf-8"))["api"]["token"]
-    with _logging_kept():
+    with logging_kept():
         gateway = await Gateway.build(fresh, load_config(fresh, {}))
     await gateway.workers.start()
     try:
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=gateway.http),
-            base_url="http://test",
-            headers={"Authorization": f"Bearer {token}"},
-        ) as client:
+        async with api_client(gateway, fresh) as client:
             yield Server(gateway, client, llm, fresh)
     finally:
         await gateway.workers.stop()
@@ -178,21 +165,6 @@ def _edit(file: Path, text: str) -> None:
     before = file.stat()
     file.write_text(text, "utf-8")
     os.utime(file, ns=(before.st_atime_ns, before.st_mtime_ns + 2_000_000_000))
-
-
-@contextlib.contextmanager
-def _logging_kept() -> Iterator[None]:
-    """The CLI points logging at the stream ``CliRunner`` lends it, closed once the command
-    ends; restore the previous set-up after."""
-    config = structlog.get_config()
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    try:
-        yield
-    finally:
-        structlog.configure(**config)
-        root.handlers[:] = handlers
-        root.setLevel(level)
 
 
 # --------------------------------------------------------------------------- every surface

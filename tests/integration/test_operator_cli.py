@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import socket
-import tomllib
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -28,26 +26,15 @@ from postroom.core.errors import ConfigError
 from postroom.store.records import RunRecord
 from postroom.store.sqlite import SqliteStore
 
-from support import eventually
+from support import api_client, cli_env, eventually
 
 runner = CliRunner()
 CHAT = "telegram:group/5"
 SENDER = "telegram:user/ana"
 
 
-def _clean_env(extra: dict[str, str] | None = None) -> dict[str, str | None]:
-    vendor = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "OLLAMA_HOST")
-    env: dict[str, str | None] = {
-        name: None
-        for name in os.environ
-        if name.startswith("POSTROOM_") or name in vendor or name in ("COLUMNS", "TTY_COMPATIBLE")
-    }
-    env.update(extra or {})
-    return env
-
-
 def cli(data: Path, *args: str, env: dict[str, str] | None = None) -> Result:
-    return runner.invoke(cli_app, ["--data", str(data), *args], env=_clean_env(env))
+    return runner.invoke(cli_app, ["--data", str(data), *args], env=cli_env(env))
 
 
 def ok(data: Path, *args: str, env: dict[str, str] | None = None) -> str:
@@ -242,15 +229,10 @@ async def served(data: Path) -> AsyncIterator[tuple[Gateway, httpx.AsyncClient]]
         "--target",
         "down",
     )
-    token = tomllib.loads(config.read_text("utf-8"))["api"]["token"]
     gateway = await Gateway.build(data, load_config(data, {}))
     await gateway.workers.start()
     try:
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=gateway.http),
-            base_url="http://test",
-            headers={"Authorization": f"Bearer {token}"},
-        ) as client:
+        async with api_client(gateway, data) as client:
             yield gateway, client
     finally:
         await gateway.workers.stop()

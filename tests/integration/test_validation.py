@@ -6,8 +6,6 @@ message is refused with nothing stored and no turn, and adapters skip one.
 from __future__ import annotations
 
 import importlib
-import os
-import tomllib
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,18 +22,11 @@ from postroom.config import CHANNEL_KEYS, load_config
 from postroom.core.errors import ConfigError
 from postroom.core.messages import Attachment, InboundMessage
 
+from support import api_client, cli_env
+
 runner = CliRunner()
 CHAT = "telegram:group/5"
 SENDER = "telegram:user/ana"
-
-
-def _clean_env(extra: dict[str, str] | None = None) -> dict[str, str | None]:
-    vendor = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "OLLAMA_HOST")
-    env: dict[str, str | None] = {
-        name: None for name in os.environ if name.startswith("POSTROOM_") or name in vendor
-    }
-    env.update(extra or {})
-    return env
 
 
 # --------------------------------------------------------------------------- channel sections
@@ -107,12 +98,12 @@ def test_a_channel_key_from_the_environment_names_the_variable(tmp_path: Path) -
 
 def test_every_command_refuses_a_channel_typo_in_one_sentence(tmp_path: Path) -> None:
     data = tmp_path / "d"
-    result = runner.invoke(cli_app, ["--data", str(data), "init"], env=_clean_env())
+    result = runner.invoke(cli_app, ["--data", str(data), "init"], env=cli_env())
     assert result.exit_code == 0, result.stderr
     config = data / "postroom.toml"
     config.write_text(config.read_text("utf-8") + '\n[channels.telegram]\ntokn = "1:a"\n')
     for command in (["folders", "list"], ["doctor"], ["channels"]):
-        result = runner.invoke(cli_app, ["--data", str(data), *command], env=_clean_env())
+        result = runner.invoke(cli_app, ["--data", str(data), *command], env=cli_env())
         assert result.exit_code == 1, (command, result.stdout, result.stderr)
         assert result.stderr.startswith("error: Unknown key 'tokn' in [channels.telegram]")
         assert "Traceback" not in result.stderr
@@ -124,7 +115,7 @@ def test_every_command_refuses_a_channel_typo_in_one_sentence(tmp_path: Path) ->
 @pytest.fixture
 def initialized(tmp_path: Path) -> Path:
     data = tmp_path / "d"
-    result = runner.invoke(cli_app, ["--data", str(data), "init"], env=_clean_env())
+    result = runner.invoke(cli_app, ["--data", str(data), "init"], env=cli_env())
     assert result.exit_code == 0, result.stderr
     return data
 
@@ -132,14 +123,9 @@ def initialized(tmp_path: Path) -> Path:
 @pytest.fixture
 async def gateway(initialized: Path) -> AsyncIterator[tuple[Gateway, httpx.AsyncClient]]:
     data = initialized
-    token = tomllib.loads((data / "postroom.toml").read_text("utf-8"))["api"]["token"]
     built = await Gateway.build(data, load_config(data, {}))
     try:
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=built.http),
-            base_url="http://test",
-            headers={"Authorization": f"Bearer {token}"},
-        ) as client:
+        async with api_client(built, data) as client:
             yield built, client
     finally:
         await built.close()
@@ -180,11 +166,11 @@ async def test_an_empty_message_is_refused_with_nothing_stored_and_no_turn(
 
 def test_send_refuses_an_empty_message(tmp_path: Path) -> None:
     data = tmp_path / "d"
-    assert runner.invoke(cli_app, ["--data", str(data), "init"], env=_clean_env()).exit_code == 0
+    assert runner.invoke(cli_app, ["--data", str(data), "init"], env=cli_env()).exit_code == 0
     result = runner.invoke(
         cli_app,
         ["--data", str(data), "send", "--chat-jid", CHAT, "--sender", SENDER, "  "],
-        env=_clean_env(),
+        env=cli_env(),
     )
     assert result.exit_code == 1
     assert result.stderr == "error: The message is empty: send some text or an attachment.\n"

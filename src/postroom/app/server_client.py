@@ -13,7 +13,6 @@ import contextlib
 import ipaddress
 import json
 import os
-import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from postroom.config import Config
+from postroom.engine.files import replace_file
 
 __all__ = [
     "SERVE_FILE",
@@ -77,15 +77,7 @@ def configured_url(config: Config) -> str:
 def write_serve_file(data_dir: Path, host: str, port: int) -> Path:
     """Record this process as the data directory's server (atomically, mode 0600)."""
     path = data_dir / SERVE_FILE
-    payload = json.dumps({"pid": os.getpid(), "host": host, "port": port}) + "\n"
-    fd, temporary = tempfile.mkstemp(dir=data_dir, prefix=".serve.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(payload)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    replace_file(path, json.dumps({"pid": os.getpid(), "host": host, "port": port}) + "\n")
     return path
 
 

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +23,7 @@ from typing import Any
 
 from postroom.core.errors import InvalidInput
 from postroom.core.folder_settings import SETTING_KEYS
+from postroom.engine.files import replace_file
 
 __all__ = [
     "FRONT_MATTER_KEYS",
@@ -97,17 +96,8 @@ def file_stamp(file: Path) -> str | None:
 
 
 def write_agent_file(file: Path, text: str) -> str:
-    """Replace *file* atomically (a reader never sees half a file; readable by its owner only,
-    like everything in the data directory); return its new stamp."""
-    file.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=file.parent, prefix=".AGENT.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.replace(temporary, file)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    """Replace *file* atomically (a reader never sees half a file); return its new stamp."""
+    replace_file(file, text)
     stamp = file_stamp(file)
     assert stamp is not None  # just written
     return stamp
