@@ -19,6 +19,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from postroom.core.durations import parse_duration
 from postroom.core.errors import ConfigError
+from postroom.core.folder_settings import BUILTIN_PROVIDERS
 from postroom.core.folders import BusyPolicy, FolderDefaults, Session
 from postroom.core.trigger import DEFAULT_ALIASES, DEFAULT_ASSISTANT_NAME, Trigger
 
@@ -35,19 +36,42 @@ DATABASE_FILE = "postroom.db"
 ENV_PREFIX = "POSTROOM_"
 #: Variables of the POSTROOM_ prefix that are not of the <A>__<B> form but still mean something.
 SPECIAL_VARIABLES = {"POSTROOM_DATA", "POSTROOM_API_TOKEN"}
-KNOWN_CHANNELS = (
-    "telegram",
-    "discord",
-    "slack",
-    "whatsapp",
-    "email",
-    "matrix",
-    "mastodon",
-    "hook",
-    "http",
-    "web",
-    "tui",
-)
+#: The keys of each ``[channels.<name>]`` section, so a typo is refused when the configuration
+#: is read, before any adapter (and its SDK) is imported. Each adapter's own model validates the
+#: values when it starts; a test keeps these lists equal to those models' keys.
+CHANNEL_KEYS: Mapping[str, frozenset[str]] = {
+    "telegram": frozenset(
+        {"token", "base_url", "mode", "webhook_url", "webhook_secret", "poll_timeout"}
+        | {"allowed_updates"}
+    ),
+    "discord": frozenset(
+        {"token", "base_url", "gateway_url", "message_content", "ignore_bots", "send_timeout"}
+    ),
+    "slack": frozenset(
+        {"bot_token", "app_token", "signing_secret", "mode", "base_url", "reply_in_thread"}
+        | {"max_body_bytes"}
+    ),
+    "whatsapp": frozenset(
+        {"access_token", "phone_number_id", "app_secret", "verify_token", "api_version"}
+        | {"base_url", "webhook_path", "max_body_bytes", "send_timeout_s", "media_timeout_s"}
+    ),
+    "email": frozenset(
+        {"address", "username", "password", "imap_host", "imap_port", "imap_ssl", "imap_idle"}
+        | {"smtp_host", "smtp_port", "smtp_starttls", "folder", "allowed_senders"}
+        | {"poll_interval", "poll_interval_s"}
+    ),
+    "matrix": frozenset(
+        {"homeserver", "user_id", "access_token", "password", "device_id", "device_name"}
+        | {"sync_timeout", "allowed_inviters"}
+    ),
+    "mastodon": frozenset({"base_url", "access_token", "poll_interval_s", "catch_up_s"}),
+    "hook": frozenset({"secret", "max_body_bytes"}),
+    "web": frozenset(),
+    "tui": frozenset(),
+}
+#: ``[channels.http.<platform>]``: an outbound webhook per platform.
+HTTP_PLATFORM_KEYS = frozenset({"outbound_url", "secret"})
+KNOWN_CHANNELS = (*CHANNEL_KEYS, "http")
 
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
@@ -192,6 +216,10 @@ class Config(_Section):
     def trigger(self) -> Trigger:
         return Trigger(self.assistant.name, tuple(self.assistant.aliases))
 
+    def provider_names(self) -> frozenset[str]:
+        """The providers a folder may name: the built-in ones and every configured section."""
+        return frozenset(BUILTIN_PROVIDERS) | frozenset(self.providers)
+
     def folder_defaults(self) -> FolderDefaults:
         return FolderDefaults(
             provider=self.defaults.provider,
@@ -252,16 +280,76 @@ def load_config(
     if overrides:
         for keys, value in _flatten(overrides):
             _merge(data, keys, value)
-    for channel in data.get("channels", {}) or {}:
-        if channel not in KNOWN_CHANNELS:
-            raise ConfigError(
-                f"Unknown channel [channels.{channel}] in the configuration; the channels are "
-                f"{', '.join(KNOWN_CHANNELS)}."
-            )
+            # A flag wins over the environment: a bad value is then the flag's.
+            env_keys[keys] = "--" + keys[-1].replace("_", "-")
+    _check_channels(data.get("channels"), path, env_keys)
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, path, env_keys)) from exc
+
+
+def _check_channels(channels: Any, path: Path, env_keys: Mapping[tuple[str, ...], str]) -> None:
+    """Refuse an unknown channel, or an unknown key inside a channel's section, naming it."""
+    if not isinstance(channels, Mapping):
+        return  # not a table: the model says so
+    for channel, section in channels.items():
+        where = ("channels", channel)
+        if channel not in KNOWN_CHANNELS:
+            raise ConfigError(
+                f"Unknown channel [channels.{channel}] in {_source(where, path, env_keys)}; the "
+                f"channels are {', '.join(KNOWN_CHANNELS)}."
+            )
+        if channel != "http":
+            allowed = CHANNEL_KEYS[channel] | {"enabled"}
+            _check_keys(where, _table(where, section, path, env_keys), allowed, path, env_keys)
+            continue
+        for platform, webhook in _table(where, section, path, env_keys).items():
+            inner = (*where, platform)
+            table = _table(inner, webhook, path, env_keys)
+            _check_keys(inner, table, HTTP_PLATFORM_KEYS, path, env_keys)
+
+
+def _table(
+    where: tuple[str, ...], section: Any, path: Path, env_keys: Mapping[tuple[str, ...], str]
+) -> Mapping[str, Any]:
+    if not isinstance(section, Mapping):
+        name = "[" + ".".join(where) + "]"
+        raise ConfigError(f"{name} in {_source(where, path, env_keys)} must be a table of keys.")
+    return section
+
+
+def _check_keys(
+    where: tuple[str, ...],
+    section: Mapping[str, Any],
+    allowed: frozenset[str],
+    path: Path,
+    env_keys: Mapping[tuple[str, ...], str],
+) -> None:
+    for key in section:
+        if key not in allowed:
+            name = "[" + ".".join(where) + "]"
+            raise ConfigError(
+                f"Unknown key {key!r} in {name} in {_source((*where, key), path, env_keys)}; the "
+                f"keys are {', '.join(sorted(allowed))}."
+            )
+
+
+def _source(loc: tuple[str, ...], path: Path, env_keys: Mapping[tuple[str, ...], str]) -> str:
+    """Where a key was written: the environment variable that set it, or the file."""
+    variable = next(
+        (
+            name
+            for keys, name in env_keys.items()
+            if keys[: len(loc)] == loc or loc[: len(keys)] == keys
+        ),
+        None,
+    )
+    if variable is None:
+        return str(path)
+    if variable.startswith("--"):
+        return f"the command-line flag {variable}"
+    return f"environment variable {variable}"
 
 
 def _env_value(raw: str) -> Any:
@@ -303,15 +391,7 @@ def _describe(exc: ValidationError, path: Path, env_keys: Mapping[tuple[str, ...
     loc = tuple(str(part) for part in error["loc"])
     key = ".".join(loc)
     # The error may sit at a section the variable created (POSTROOM_NOSUCH__KEY → "nosuch").
-    variable = next(
-        (
-            name
-            for keys, name in env_keys.items()
-            if keys[: len(loc)] == loc or loc[: len(keys)] == keys
-        ),
-        None,
-    )
-    source = f"environment variable {variable}" if variable else str(path)
+    source = _source(loc, path, env_keys)
     if error["type"] == "extra_forbidden":
         return f"Unknown configuration key {key!r} in {source}."
     message = str(error["msg"])

@@ -4,11 +4,19 @@ the folders and route table of ROUTING §7."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import itertools
-from collections.abc import Awaitable, Callable
+import logging
+import os
+import tomllib
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import httpx
+import structlog
 
 from postroom.app.gateway import Gateway
 from postroom.config import Config
@@ -19,6 +27,12 @@ from postroom.store import SqliteStore
 from postroom.store.records import RunRecord
 
 from gateway_support import new_data_dir
+
+if TYPE_CHECKING:
+    from postroom.app.gateway import Gateway
+
+#: Variables that would make ``init`` detect a provider or point a command elsewhere.
+VENDOR_VARIABLES = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "OLLAMA_HOST")
 
 _ids = itertools.count(1)
 
@@ -148,3 +162,42 @@ async def runs(services: Services) -> list[RunRecord]:
                 return found
             found.append(run)
     raise AssertionError("unreachable")
+
+
+def cli_env(extra: Mapping[str, str] | None = None) -> dict[str, str | None]:
+    """For ``CliRunner.invoke``: every configuration variable of the calling environment unset
+    (CI may set some), and the terminal's width too, plus *extra*."""
+    env: dict[str, str | None] = {
+        name: None
+        for name in os.environ
+        if name.startswith("POSTROOM_")
+        or name in VENDOR_VARIABLES
+        or name in ("COLUMNS", "TTY_COMPATIBLE")
+    }
+    env.update(extra or {})
+    return env
+
+
+@contextlib.contextmanager
+def logging_kept() -> Iterator[None]:
+    """The CLI points logging at the stream ``CliRunner`` lends it, closed once the command
+    ends; restore the previous set-up after."""
+    config = structlog.get_config()
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        yield
+    finally:
+        structlog.configure(**config)
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
+def api_client(gateway: Gateway, data_dir: Path) -> httpx.AsyncClient:
+    """A client of the gateway's real ASGI app with the data directory's API token."""
+    token = tomllib.loads((data_dir / "postroom.toml").read_text("utf-8"))["api"]["token"]
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=gateway.http),
+        base_url="http://test",
+        headers={"Authorization": f"Bearer {token}"},
+    )

@@ -804,7 +804,8 @@ async def test_post_messages_has_one_path_and_its_refusals_are_the_apis(api: Api
         (
             b"chat_jid=web%3Amain%2Fa",
             {"content-type": "application/x-www-form-urlencoded"},
-            "Send the message as JSON (Content-Type: application/json).",
+            "The body must be JSON, sent with Content-Type: application/json (Content-Type "
+            "'application/x-www-form-urlencoded' was given).",
         ),
         (json.dumps({"chat_jid": CHAT}).encode(), json_type, "Missing field 'sender'."),
         (

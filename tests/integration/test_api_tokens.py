@@ -218,7 +218,7 @@ async def test_dry_runs_and_previews_write_nothing(api: Api) -> None:
         preview = await http.post("/api/v1/routes/preview", json=[], params={"limit": 10})
         assert_error(await http.post("/api/v1/routes/preview", json=[], params={"limit": 0}), 400)
         assert_error(await http.post("/api/v1/routes/preview", json={"seq": 1}), 400)
-        assert "Route 1" in assert_error(
+        assert "Row 1 of the table" in assert_error(
             await http.post("/api/v1/routes/preview", json=[{"seq": 1, "target": "nosuch"}]), 400
         )
         history = (await http.get("/api/v1/routes/history")).json()["history"]

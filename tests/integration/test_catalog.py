@@ -88,8 +88,11 @@ async def test_add_delete_and_audit(engine: Services) -> None:
 async def test_set_routes_is_atomic(engine: Services) -> None:
     before = await table(engine)
     rows = [{"seq": 0, "match": "", "target": "main"}, {"seq": 1, "match": "x=y", "target": "main"}]
-    with pytest.raises(InvalidInput, match="Route 2"):
+    with pytest.raises(InvalidInput) as caught:
         await engine.routes.set_routes(rows, actor="t")
+    assert str(caught.value).startswith(
+        "Row 2 of the table (seq 1, match 'x=y', target 'main'): "
+    ), caught.value
     with pytest.raises(InvalidInput, match="unknown field"):
         await engine.routes.set_routes([{"seq": 0, "target": "main", "prio": 1}], actor="t")
     with pytest.raises(InvalidInput):

@@ -516,7 +516,24 @@ def test_routes_list_json_is_a_bare_array_of_route_objects(data: Path) -> None:
 def test_routes_list_reports_shadowed_rows(data: Path) -> None:
     ok(data, "folders", "add", "atlas")
     broad = add_route(data, 0, "platform=telegram", "atlas")
-    narrow = add_route(data, 50, "chat_jid=telegram:user/5", "main")
+    # Adding a row an earlier one shadows adds it, with a warning naming that row.
+    added = cli(
+        data,
+        "routes",
+        "add",
+        "--seq",
+        "50",
+        "--match",
+        "chat_jid=telegram:user/5",
+        "--target",
+        "main",
+    )
+    assert added.exit_code == 0, _describe(added)
+    narrow = int(added.stdout)
+    assert added.stderr == (
+        f"warning: route {narrow} never fires: row {broad} (seq 0, platform=telegram → atlas) "
+        "comes first and matches every message it would.\n"
+    )
     rows = {r["id"]: r for r in ok_json(data, "routes", "list")}
     assert rows[narrow]["shadowed_by"] == broad
     assert rows[broad]["shadowed_by"] is None

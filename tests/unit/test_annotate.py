@@ -26,7 +26,7 @@ SPEC_EXPECTED = {
     4: (Mode.FIRE, "verb post"),
     5: (Mode.FIRE, "every message"),
     6: (Mode.FIRE, "mentions only"),
-    7: (Mode.OBSERVE, "every message"),
+    7: (Mode.OBSERVE, "never"),
     8: (Mode.TOPIC, "every message"),
     9: (Mode.FIRE, "every message"),
 }
@@ -39,6 +39,11 @@ def test_spec_table_annotations(route_id: int) -> None:
     assert found[route_id].mode is mode
     assert found[route_id].fires_on == fires
     assert found[route_id].shadowed_by is None
+
+
+def test_an_observe_row_fires_on_never_whatever_it_matches() -> None:
+    rows: list[Row] = [(1, 0, "verb=mention", "main#observe"), (2, 1, "", "main#observe")]
+    assert {rid: a.fires_on for rid, a in annotated(rows).items()} == {1: "never", 2: "never"}
 
 
 def test_annotations_come_in_table_order() -> None:

@@ -516,7 +516,7 @@ CONDUCTOR_PROBLEMS = [
     (
         block("CREATE_AGENT", "path: atlas/a", "colour: red"),
         "[CREATE_AGENT] was not applied: 'colour' is not one of its keys (path, persona, "
-        "provider, model, role, engagement_ttl, session).",
+        "provider, model, role, engagement_ttl, session, busy_policy, budget_per_day).",
     ),
     (
         block("CREATE_AGENT", "persona: p"),
@@ -606,7 +606,7 @@ CONDUCTOR_PROBLEMS = [
     (
         block("UPDATE_AGENT", "", arg="atlas/a"),
         "[UPDATE_AGENT:atlas/a] was not applied: it changes nothing; give at least one of persona, "
-        "provider, model, role, engagement_ttl, session.",
+        "provider, model, role, engagement_ttl, session, busy_policy, budget_per_day.",
     ),
     (
         block("UPDATE_AGENT", "path: atlas/b", arg="atlas/a"),
@@ -666,7 +666,8 @@ CONDUCTOR_PROBLEMS = [
     (
         block("CREATE_AGENT", "path: ../x", "role: god", "colour: red"),
         "[CREATE_AGENT] was not applied: 'colour' is not one of its keys (path, persona, provider, "
-        "model, role, engagement_ttl, session); new agent path '../x' contains '..'; folders "
+        "model, role, engagement_ttl, session, busy_policy, budget_per_day); new agent path "
+        "'../x' contains '..'; folders "
         "cannot leave the folder tree; role 'god' is not one of agent, conductor, admin.",
     ),
 ]

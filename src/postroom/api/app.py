@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from postroom import __version__
 from postroom.api.errors import describe_validation, error_response, error_status
 from postroom.api.ingest_lane import IngestLane, documented_route
-from postroom.api.middleware import BearerAuth, BodyLimit
+from postroom.api.middleware import BearerAuth, BodyLimit, JsonBodies
 from postroom.api.routes import ApiContext, build_router, ingest_body
 from postroom.core.errors import PostroomError
 
@@ -71,9 +71,11 @@ def create_api(
 
     app.include_router(build_router(ctx))
     _document(app, documented_route())
-    # Middlewares run in the reverse order of adding: auth, then the body limit, then the
-    # ingest lane — an unauthenticated body is never buffered, an oversized one never parsed.
+    # Middlewares run in the reverse order of adding: auth, then the body limit, then the JSON
+    # check, then the ingest lane — an unauthenticated body is never buffered, an oversized one
+    # never parsed.
     app.add_middleware(IngestLane, ingest=functools.partial(ingest_body, ctx.services))
+    app.add_middleware(JsonBodies)
     app.add_middleware(BodyLimit, limit=body_limit)
     app.add_middleware(BearerAuth, authenticate=ctx.services.tokens.authenticate)
     return app

@@ -18,6 +18,7 @@ __all__ = [
     "ASGIApp",
     "BearerAuth",
     "BodyLimit",
+    "JsonBodies",
     "Message",
     "Receive",
     "Scope",
@@ -92,6 +93,43 @@ class BodyLimit:
             if not message.get("more_body", False):
                 break
         await self._app(scope, replay(messages, receive), send)
+
+
+class JsonBodies:
+    """Refuses an API write whose body is not declared JSON (400, one sentence).
+
+    Without it FastAPI leaves such a body unparsed and answers with what its model thinks of
+    the raw bytes. A write without a body (``POST /jobs/{id}/retry``) needs no content type.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] == "http"
+            and scope["method"] in ("POST", "PUT", "PATCH")
+            and scope["path"].startswith("/api/")
+        ):
+            content_type = ""
+            has_body = False
+            for name, value in scope.get("headers", ()):
+                if name == b"content-type":
+                    content_type = bytes(value).decode("latin-1")
+                elif name == b"content-length":
+                    has_body = has_body or value not in (b"0", b"")
+                elif name == b"transfer-encoding":
+                    has_body = True
+            if has_body and "json" not in content_type.lower():
+                given = f"Content-Type {content_type!r}" if content_type else "no Content-Type"
+                refuse = error_response(
+                    400,
+                    f"The body must be JSON, sent with Content-Type: application/json ({given} "
+                    "was given).",
+                )
+                await refuse(scope, receive, send)
+                return
+        await self._app(scope, receive, send)
 
 
 class BearerAuth:

@@ -53,7 +53,9 @@ class FolderIn(_Body):
     session: str | None = None
     busy_policy: str | None = None
     role: str | None = None
+    tools: list[str] | None = None
     mirror: list[str] | None = None
+    budget_per_day: float | None = Field(None, description="USD a day")
 
     def settings(self) -> dict[str, Any]:
         return self.model_dump(exclude={"path"}, exclude_none=True)

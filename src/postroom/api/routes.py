@@ -34,6 +34,7 @@ from postroom.engine.views import (
     drop_to_dict,
     message_to_dict,
     route_change_to_dict,
+    run_summary_to_dict,
     run_to_dict,
 )
 
@@ -203,15 +204,28 @@ def build_router(ctx: ApiContext) -> APIRouter:
 
     @api.post("/folders", status_code=201)
     async def add_folder(body: FolderIn, who: Principal = Caller) -> dict[str, Any]:
-        spec = FolderSpec.from_mapping(body.settings())
+        spec = FolderSpec(**body.settings())
         folder = await services.folders.add_folder(
             body.path, spec, actor=who.actor(SURFACE), within=who.folder
         )
         return folder_to_dict(folder)
 
-    @api.get("/folders/{path:path}")
+    @api.get("/folders/{path:path}", summary="One folder: its persona and every setting")
     async def get_folder(path: str, who: Principal = Caller) -> dict[str, Any]:
-        return folder_to_dict(await services.folders.get_folder(path, within=who.folder))
+        return folder_to_dict(await services.folders.show(path, within=who.folder))
+
+    @api.patch("/folders/{path:path}", summary="Change any subset of a folder's settings")
+    async def update_folder(
+        path: str,
+        body: dict[str, Any] = Body(  # noqa: B008
+            ..., examples=[{"persona": "You are Atlas.", "model": None}]
+        ),
+        who: Principal = Caller,
+    ) -> dict[str, Any]:
+        folder = await services.folders.update(
+            path, body, actor=who.actor(SURFACE), within=who.folder
+        )
+        return folder_to_dict(folder)
 
     @api.delete("/folders/{path:path}", status_code=204)
     async def delete_folder(path: str, who: Principal = Caller) -> Response:
@@ -273,7 +287,8 @@ def build_router(ctx: ApiContext) -> APIRouter:
         who: Principal = Caller,
     ) -> dict[str, Any]:
         jobs = await services.turns.list_jobs(status=status, limit=limit, within=who.folder)
-        return {"jobs": [job_to_dict(j) for j in jobs]}
+        runs = await services.history.run_ids([j.id for j in jobs])
+        return {"jobs": [job_to_dict(j, run_ids=runs.get(j.id, [])) for j in jobs]}
 
     @api.post("/jobs/{job_id}/retry")
     async def retry_job(job_id: int) -> dict[str, Any]:
@@ -282,6 +297,13 @@ def build_router(ctx: ApiContext) -> APIRouter:
     @api.post("/jobs/{job_id}/cancel")
     async def cancel_job(job_id: int) -> dict[str, Any]:
         return job_to_dict(await services.turns.cancel(job_id))
+
+    @api.get("/runs", summary="Run summaries, newest first")
+    async def list_runs(
+        folder: str | None = None, limit: int = Query(50, ge=1, le=1000)
+    ) -> dict[str, Any]:
+        found = await services.history.runs(folder=folder, limit=limit)
+        return {"runs": [run_summary_to_dict(r) for r in found]}
 
     @api.get("/runs/{run_id}")
     async def get_run(run_id: int, who: Principal = Caller) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from fastapi import FastAPI
 from postroom.app.channels import ChannelHost, build_channels
 from postroom.app.metrics import PrometheusMetrics
 from postroom.app.providers import build_providers, close_providers
+from postroom.app.server_client import remove_serve_file, write_serve_file
 from postroom.app.wiring import (
     build_http,
     build_services,
@@ -110,6 +111,8 @@ class Gateway:
     providers: Mapping[str, Provider] = field(default_factory=dict)
     #: ``/mcp``, unless ``[mcp] enabled = false``.
     mcp: McpEndpoint | None = None
+    #: Where ``serve.json`` is written while :meth:`run` listens.
+    data_dir: Path | None = None
 
     @classmethod
     async def build(
@@ -151,14 +154,20 @@ class Gateway:
     ) -> Gateway:
         # What may refuse the configuration comes first, before anything holds a connection.
         adapters = list(channels) if channels is not None else build_channels(config)
-        models = dict(providers) if providers is not None else build_providers(config, clock=clock)
         signals = Signals()
         metrics = PrometheusMetrics(store)
         services = build_services(
             store, data_dir, config, clock=clock, signals=signals, metrics=metrics
         )
-        async with store.read() as tx:
-            await services.catalog.reload(tx)
+        # AGENT.md files edited while no server ran (and, once, every file an older postroom
+        # wrote) are imported now; from here on each folder's file is checked before its turns.
+        await services.folders.import_edits()
+        if providers is not None:
+            models = dict(providers)
+        else:
+            folders = services.catalog.snapshot.folders.values()
+            used = {f.provider for f in folders if f.provider}
+            models = build_providers(config, clock=clock, used=used)
         sinks, webhooks = build_sinks(config)
         host = ChannelHost(adapters, signals=signals, sinks=sinks)
         voice = transcriber(config)
@@ -192,6 +201,7 @@ class Gateway:
             channels=host,
             providers=models,
             mcp=mcp,
+            data_dir=data_dir,
         )
 
     _stop: asyncio.Event | None = None
@@ -256,12 +266,19 @@ class Gateway:
             await serving  # raises the bind error, if any
             raise PostroomError(f"The HTTP server on {host}:{port} stopped at start.")
         log.info("serve.ready", host=host, port=port, pid=os.getpid())
-        if on_ready is not None:
-            on_ready(host, port)
-        if self.webhooks is not None:
-            self.webhooks.preload()
-        waiter = asyncio.create_task(stop.wait(), name="stop-signal")
-        await asyncio.wait({waiter, serving}, return_when=asyncio.FIRST_COMPLETED)
+        if self.data_dir is not None:
+            # INTERFACES §1: the CLI finds this server (and its real port) here.
+            write_serve_file(self.data_dir, host, port)
+        try:
+            if on_ready is not None:
+                on_ready(host, port)
+            if self.webhooks is not None:
+                self.webhooks.preload()
+            waiter = asyncio.create_task(stop.wait(), name="stop-signal")
+            await asyncio.wait({waiter, serving}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if self.data_dir is not None:
+                remove_serve_file(self.data_dir)
         log.info("serve.stopping")
         server.should_exit = True
         await self.channels.stop()

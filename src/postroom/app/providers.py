@@ -10,19 +10,31 @@ that uses one provider does not pay for loading the others at start-up.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from typing import Any
 
+import structlog
+
 from postroom.config import Config, ProviderConfig
-from postroom.core.errors import ConfigError
+from postroom.core.errors import ConfigError, PostroomError
+from postroom.core.folder_settings import BUILTIN_PROVIDERS
 from postroom.llm.accounts import AccountPool
 from postroom.llm.base import Provider
 from postroom.llm.echo import EchoProvider
 
-__all__ = ["KINDS", "account_label", "build_providers", "close_providers"]
+log = structlog.get_logger(__name__)
 
-KINDS = ("anthropic", "openai", "gemini", "ollama", "local", "echo")
+__all__ = [
+    "KEYLESS",
+    "KINDS",
+    "account_label",
+    "build_provider",
+    "build_providers",
+    "close_providers",
+]
+
+KINDS = BUILTIN_PROVIDERS
 #: Providers that need no key (one account, the local one).
 KEYLESS = frozenset({"ollama", "local", "echo"})
 
@@ -68,31 +80,55 @@ def _kwargs(name: str, kind: str, section: ProviderConfig) -> dict[str, Any]:
     return kwargs
 
 
-def build_providers(config: Config, *, clock: Callable[[], datetime]) -> dict[str, Provider]:
-    """Every configured provider, by name; ``echo`` always exists."""
+def build_providers(
+    config: Config, *, clock: Callable[[], datetime], used: Collection[str] = ()
+) -> dict[str, Provider]:
+    """Every configured provider, by name; ``echo`` always exists. A provider that needs no
+    key (``local``, ``ollama``) is also built without a section when the defaults or a folder
+    (*used*) name it."""
     echo = config.providers.get("echo")
     providers: dict[str, Provider] = {"echo": EchoProvider(delay_ms=echo.delay_ms if echo else 0)}
     for name, section in config.providers.items():
-        kind = section.kind or name
-        if kind == "echo":
+        provider = build_provider(name, section, clock=clock)
+        if provider is not None:
+            providers[name] = provider
+    for name in sorted(({config.defaults.provider, *used} & KEYLESS) - set(config.providers)):
+        try:
+            implied = build_provider(name, ProviderConfig(), clock=clock)
+        except PostroomError as exc:
+            # Not asked for by a section: the server still starts; the folders that use it get
+            # the error per turn, and postroom doctor says how to install it.
+            log.warning("provider.unavailable", provider=name, error=str(exc))
             continue
-        if kind not in KINDS:
-            raise ConfigError(
-                f"Provider {name!r} has no known kind; set kind to one of {', '.join(KINDS)}."
-            )
-        if kind not in KEYLESS and not section.api_keys:
-            continue  # named but without keys: folders using it get a clear error per turn
-        factory = _factory(kind)
-        kwargs = _kwargs(name, kind, section)
-        if kind in KEYLESS:
-            accounts = [(name, factory(account=name, **kwargs))]
-        else:
-            accounts = []
-            for index, key in enumerate(section.api_keys):
-                label = account_label(name, index, key)
-                accounts.append((label, factory(api_key=key, account=label, **kwargs)))
-        providers[name] = AccountPool(name, accounts, clock=clock)
+        if implied is not None:
+            providers[name] = implied
     return providers
+
+
+def build_provider(
+    name: str, section: ProviderConfig, *, clock: Callable[[], datetime]
+) -> Provider | None:
+    """One ``[providers.<name>]`` behind its account pool; ``None`` for ``echo`` (built in) and
+    for a provider named without keys (folders using it get a clear error per turn)."""
+    kind = section.kind or name
+    if kind == "echo":
+        return None
+    if kind not in KINDS:
+        raise ConfigError(
+            f"Provider {name!r} has no known kind; set kind to one of {', '.join(KINDS)}."
+        )
+    if kind not in KEYLESS and not section.api_keys:
+        return None
+    factory = _factory(kind)
+    kwargs = _kwargs(name, kind, section)
+    if kind in KEYLESS:
+        accounts = [(name, factory(account=name, **kwargs))]
+    else:
+        accounts = []
+        for index, key in enumerate(section.api_keys):
+            label = account_label(name, index, key)
+            accounts.append((label, factory(api_key=key, account=label, **kwargs)))
+    return AccountPool(name, accounts, clock=clock)
 
 
 def account_pools(providers: Mapping[str, Provider]) -> dict[str, AccountPool]:

@@ -34,7 +34,6 @@ from postroom.engine.delivery import DeliveryLoop, DeliverySettings, SinkRouter
 from postroom.engine.enrich import Enricher, Transcribe
 from postroom.engine.ingest import IngestLimits
 from postroom.engine.memory import MemoryService
-from postroom.engine.persona import PersonaSource
 from postroom.engine.runner import ProviderRunner
 from postroom.engine.services import Services
 from postroom.engine.signals import Signals
@@ -120,6 +119,7 @@ def build_services(
         metrics=metrics,
         tick_s=config.scheduler.tick_s,
         api_token=config.api.token,
+        providers=config.provider_names(),
     )
 
 
@@ -215,7 +215,6 @@ def build_workers(
             observe_window_messages=config.observe.window_messages,
             observe_window_chars=config.observe.window_chars,
         ),
-        personas=PersonaSource(data_dir / "folders"),
         memory=memory,
         compactor=compactor,
         enricher=Enricher(store=store, transcribe=transcribe),
@@ -248,6 +247,7 @@ def build_workers(
             folders=services.folders,
             max_depth=config.delegation.max_depth,
         ),
+        folders=services.folders,
     )
 
 

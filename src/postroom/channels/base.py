@@ -183,13 +183,18 @@ class BaseChannel:
     # -- inbound -------------------------------------------------------------------------------
     @final
     async def receive(self, message: InboundMessage) -> IngestResult | None:
-        """Hand a normalized message to ingest; ``None`` for the bot's own echo (dropped).
+        """Hand a normalized message to ingest; ``None`` for the bot's own echo and for an
+        empty message (no text, no attachment: a platform event with nothing to answer), both
+        skipped.
 
         Returns once the message is committed: only then may the adapter acknowledge the
         platform (answer its webhook, advance its offset).
         """
         self._status.last_event_at = self._now()
         if message.is_from_me:
+            return None
+        if not message.attachments and not message.content.strip():
+            log.debug("channel.empty_message_skipped", channel=self.name, chat_jid=message.chat_jid)
             return None
         return await self.context.inbound(message)
 

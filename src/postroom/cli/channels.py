@@ -9,11 +9,10 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
-from postroom.app.server_client import ServerUnavailable, configured_url, get_json
-from postroom.cli.common import context, print_json, stdout, user_errors
+from postroom.app.server_client import ServerUnavailable, get_json, running_server, server_base
+from postroom.cli.common import context, print_json, stdout, table, user_errors
 
 __all__ = ["channels"]
 
@@ -28,9 +27,14 @@ def channels(
     cli = context(ctx)
     with user_errors():
         config = cli.config()
-    running = True
+    base = server_base(cli.data_dir, config)
+    running = running_server(cli.data_dir) is not None
     try:
-        rows: list[dict[str, Any]] = list(get_json(config, "/api/v1/channels")["channels"])
+        if not running:
+            raise ServerUnavailable(base)
+        rows: list[dict[str, Any]] = list(
+            get_json(base, config.api.token, "/api/v1/channels")["channels"]
+        )
     except (ServerUnavailable, KeyError, TypeError):
         running = False
         rows = [
@@ -45,10 +49,10 @@ def channels(
             for name in enabled_channels(config)
         ]
     if as_json:
-        print_json({"server": configured_url(config), "running": running, "channels": rows})
+        print_json({"server": base, "running": running, "channels": rows})
         return
     if not running:
-        stdout.print(f"postroom serve is not running at {configured_url(config)}.", style="yellow")
+        stdout.print(f"postroom serve is not running on {cli.data_dir}.", style="yellow")
     if not rows:
         stdout.print(
             "No channel adapter is enabled: add a [channels.<name>] section with enabled = true "
@@ -56,7 +60,13 @@ def channels(
             markup=False,
         )
         return
-    table = Table("channel", "state", "last event", "last error")
+    lines = table(
+        "channel",
+        "state",
+        "last event",
+        "last error",
+        keep=("channel",),
+    )
     styles = {"connected": "green", "error": "red", "not running": "dim"}
     for row in rows:
         error = row.get("last_error") or ""
@@ -65,10 +75,10 @@ def channels(
         state = row.get("state", "?")
         detail = f" — {row['detail']}" if row.get("detail") else ""
         # Platform error texts are data: Text, never markup.
-        table.add_row(
+        lines.add_row(
             Text(str(row.get("name"))),
             Text(state, style=styles.get(state, "yellow")) + Text(detail),
             Text(str(row.get("last_event_at") or "·")),
             Text(error or "·"),
         )
-    stdout.print(table)
+    stdout.print(lines)

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import typer
 
-from postroom.app.server_client import configured_url, server_url
+from postroom.app.server_client import server_base, server_url
 from postroom.cli.common import config_path, context, fail, run, user_errors
 from postroom.core.errors import PostroomError
 
@@ -77,8 +77,8 @@ def chat(
         str | None,
         typer.Option(
             "--url",
-            help="The server's address (default: http://server.host:server.port from the "
-            "configuration).",
+            help="The server's address (default: the server running on the data directory, "
+            "found in DIR/serve.json; else http://server.host:server.port).",
         ),
     ] = None,
 ) -> None:
@@ -88,7 +88,7 @@ def chat(
     cli = context(ctx)
     with user_errors():
         config = cli.config()
-        base = url or configured_url(config)
+        base = url or server_base(cli.data_dir, config)
         token = config.api.token
         where = f"[api] token in {config_path(cli)} or POSTROOM_API_TOKEN"
     folders = run(lambda: probe(base, token, where=where))

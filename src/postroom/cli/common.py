@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
+from rich.table import Table
 from rich.text import Text
 
 from postroom.config import CONFIG_FILE, DATABASE_FILE, Config, load_config
@@ -33,13 +34,60 @@ __all__ = [
     "print_json",
     "run",
     "services_for",
+    "shorten",
     "stdout",
+    "table",
 ]
 
 T = TypeVar("T")
 
-stdout = Console(highlight=False, soft_wrap=True)
-stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+#: The width of output that is not a terminal: wide enough that no table is ever cut.
+UNLIMITED_WIDTH = 1_000_000
+
+
+class _Console(Console):
+    """A console as wide as the terminal, and unlimited when the output is piped or redirected:
+    a table then prints in full, one row per line, for ``grep`` and friends (Rich would
+    otherwise fold it to 80 columns, or to the width of a terminal on another stream)."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        size = super().size
+        return size if self.is_terminal else ConsoleDimensions(UNLIMITED_WIDTH, size.height)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        self._width, self._height = new_size
+
+
+stdout = _Console(highlight=False, soft_wrap=True)
+stderr = _Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def table(*headers: str, keep: tuple[str, ...] = ()) -> Table:
+    """A table that fits the terminal, and prints in full when piped: a long value wraps
+    between words (a word longer than its column is folded onto the next line, never cut).
+    Columns named in *keep* (ids, numbers, times) stay on one line; the others give way,
+    the widest first."""
+    out = Table()
+    for header in headers:
+        if header in keep:
+            out.add_column(header, no_wrap=True, overflow="ignore", min_width=len(header))
+        else:
+            out.add_column(header, overflow="fold")
+    return out
+
+
+def shorten(text: str, limit: int) -> str:
+    """*text* on one line, cut at a word boundary with ``…`` when longer than *limit*."""
+    line = " ".join(text.split())
+    if len(line) <= limit:
+        return line
+    cut = line[: limit - 1]
+    space = cut.rfind(" ")
+    if space >= limit // 2:
+        cut = cut[:space]
+    return cut.rstrip(" ,.;:") + "…"
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +144,7 @@ async def services_for(cli: CliContext, *, require: bool = True) -> AsyncIterato
         queue=QueueSettings(max_attempts=config.queue.max_attempts),
         owners=frozenset(config.owners.senders),
         tick_s=config.scheduler.tick_s,
+        providers=config.provider_names(),
     )
     try:
         yield services

@@ -1,4 +1,4 @@
-"""``postroom jobs list|retry|cancel`` and ``postroom runs show``."""
+"""``postroom jobs list|retry|cancel`` and ``postroom runs list|show``."""
 
 from __future__ import annotations
 
@@ -6,13 +6,12 @@ import json
 from typing import Annotated
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
-from postroom.cli.common import context, print_json, run, services_for, stdout
+from postroom.cli.common import context, print_json, run, services_for, stdout, table
 from postroom.engine.turns import job_to_dict
-from postroom.engine.views import run_to_dict
-from postroom.store.records import JobRecord, RunRecord
+from postroom.engine.views import run_summary_to_dict, run_to_dict
+from postroom.store.records import JobRecord, JobStatus, RunRecord, RunSummary
 
 __all__ = ["app", "runs_app"]
 
@@ -31,33 +30,105 @@ def list_(
     limit: Annotated[int, typer.Option(min=1, max=10_000)] = 50,
     as_json: JsonOption = False,
 ) -> None:
-    """Turns, newest first."""
+    """Turns, newest first, with the runs each made."""
     cli = context(ctx)
 
-    async def body() -> list[JobRecord]:
+    async def body() -> tuple[list[JobRecord], dict[int, list[int]]]:
         async with services_for(cli) as services:
-            return await services.turns.list_jobs(status=status, limit=limit)
+            jobs = await services.turns.list_jobs(status=status, limit=limit)
+            return jobs, await services.history.run_ids([j.id for j in jobs])
 
-    jobs = run(body)
+    jobs, runs = run(body)
     if as_json:
-        print_json([job_to_dict(j) for j in jobs])
+        print_json([job_to_dict(j, run_ids=runs.get(j.id, [])) for j in jobs])
         return
     if not jobs:
         stdout.print("No jobs.", style="dim")
         return
-    table = Table("id", "status", "folder", "chat", "prio", "attempts", "messages", "error")
+    rows = table(
+        "id",
+        "status",
+        "folder",
+        "chat",
+        "prio",
+        "attempts",
+        "runs",
+        "messages",
+        "error",
+        keep=("id", "status", "prio", "attempts", "messages"),
+    )
     for job in jobs:
-        table.add_row(
+        rows.add_row(
             str(job.id),
             job.status.value,
             job.folder,
             job.chat_jid + (f" #{job.topic}" if job.topic else ""),
             str(job.priority),
-            f"{job.attempts}/{job.max_attempts}",
+            _attempts(job),
+            ", ".join(str(r) for r in runs.get(job.id, [])) or "·",
             str(len(job.messages)),
-            (job.last_error or "")[:60],
+            Text(job.last_error or ""),
         )
-    stdout.print(table)
+    stdout.print(rows)
+
+
+def _attempts(job: JobRecord) -> str:
+    """Failed attempts so far: ``1/3`` while a turn may still be tried; a finished turn
+    shows how many tries failed before it ended (nothing when none did)."""
+    if job.status in (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.FAILED):
+        return f"{job.attempts}/{job.max_attempts}"
+    return str(job.attempts) if job.attempts else "·"
+
+
+@runs_app.command("list")
+def list_runs(
+    ctx: typer.Context,
+    folder: Annotated[str | None, typer.Option(help="Only this folder's runs.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=10_000)] = 50,
+    as_json: JsonOption = False,
+) -> None:
+    """Runs, newest first: job, folder, model, tokens, cost and outcome."""
+    cli = context(ctx)
+
+    async def body() -> list[RunSummary]:
+        async with services_for(cli) as services:
+            return await services.history.runs(folder=folder, limit=limit)
+
+    found = run(body)
+    if as_json:
+        print_json([run_summary_to_dict(r) for r in found])
+        return
+    if not found:
+        stdout.print("No runs.", style="dim")
+        return
+    rows = table(
+        "id",
+        "job",
+        "when",
+        "folder",
+        "model",
+        "in",
+        "out",
+        "cost (USD)",
+        "ms",
+        "outcome",
+        keep=("id", "job", "when", "in", "out", "cost (USD)", "ms"),
+    )
+    for summary in found:
+        usage = summary.usage or {}
+        rows.add_row(
+            str(summary.id),
+            str(summary.job_id),
+            summary.started_at.strftime("%Y-%m-%d %H:%M:%S"),
+            summary.folder,
+            summary.model or summary.provider,
+            f"{int(usage.get('input_tokens', 0)):,}",
+            f"{int(usage.get('output_tokens', 0)):,}",
+            "unpriced" if summary.cost is None else f"{summary.cost:.4f}",
+            "·" if summary.duration_ms is None else str(summary.duration_ms),
+            Text(summary.outcome + (f": {summary.error}" if summary.error else "")),
+        )
+    stdout.print(rows)
 
 
 @app.command("retry")

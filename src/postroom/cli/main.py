@@ -27,6 +27,7 @@ from postroom.cli.common import (
 from postroom.cli.mcp import mcp
 from postroom.cli.ops import doctor, usage
 from postroom.cli.serve import serve
+from postroom.cli.usage import PostroomGroup
 from postroom.config import DATABASE_FILE, initial_config_text
 from postroom.engine.bootstrap import bootstrap
 from postroom.logs import configure_logging
@@ -34,6 +35,7 @@ from postroom.logs import configure_logging
 __all__ = ["app", "main"]
 
 app = typer.Typer(
+    cls=PostroomGroup,
     name="postroom",
     help="postroom — a self-hosted message router for LLM agents.",
     no_args_is_help=True,

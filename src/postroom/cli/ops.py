@@ -6,10 +6,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
-from postroom.cli.common import context, print_json, run, services_for, stdout
+from postroom.cli.common import context, print_json, run, services_for, stdout, table
 from postroom.store.records import UsageRow
 
 __all__ = ["doctor", "usage"]
@@ -42,7 +41,7 @@ def usage(
                     "runs": r.runs,
                     "input_tokens": r.input_tokens,
                     "output_tokens": r.output_tokens,
-                    "cost": round(r.cost, 6),
+                    "cost": None if r.cost is None else round(r.cost, 6),
                 }
                 for r in rows
             ]
@@ -51,9 +50,19 @@ def usage(
     if not rows:
         stdout.print("No runs in that period.", style="dim")
         return
-    table = Table("day", "folder", "provider", "model", "runs", "in", "out", "cost (USD)")
+    lines = table(
+        "day",
+        "folder",
+        "provider",
+        "model",
+        "runs",
+        "in",
+        "out",
+        "cost (USD)",
+        keep=("day", "runs", "in", "out", "cost (USD)"),
+    )
     for r in rows:
-        table.add_row(
+        lines.add_row(
             r.day,
             r.folder,
             r.provider,
@@ -61,37 +70,49 @@ def usage(
             str(r.runs),
             f"{r.input_tokens:,}",
             f"{r.output_tokens:,}",
-            f"{r.cost:.4f}",
+            "unpriced" if r.cost is None else f"{r.cost:.4f}",
         )
-    total = sum(r.cost for r in rows)
-    stdout.print(table)
-    stdout.print(f"Total: {sum(r.runs for r in rows)} runs, ${total:.4f}")
+    stdout.print(lines)
+    priced = sum(r.cost for r in rows if r.cost is not None)
+    unpriced = sum(r.runs for r in rows if r.cost is None)
+    total = f"Total: {sum(r.runs for r in rows)} runs, ${priced:.4f}"
+    if unpriced:
+        total += (
+            f" and {unpriced} run(s) of models without a price (give them one in "
+            '[models."<name>"] of postroom.toml)'
+        )
+    stdout.print(total, markup=False)
 
 
-def doctor(ctx: typer.Context, as_json: JsonOption = False) -> None:
-    """Check the configuration, database, routes, providers and server; say what to fix."""
+def doctor(
+    ctx: typer.Context,
+    timeout: Annotated[
+        float,
+        typer.Option(
+            "--timeout", min=0.1, max=600, help="How long each provider or channel may take (s)."
+        ),
+    ] = 10.0,
+    as_json: JsonOption = False,
+) -> None:
+    """Check the configuration, database, routes, folders, providers, channels and server; say
+    what to fix. The checks that wait on the network run at once, each printed as it ends."""
     from postroom.app.doctor import Check, run_doctor  # it imports every channel and provider
 
     cli = context(ctx)
 
+    def show(check: Check) -> None:
+        if as_json:
+            return  # the whole list, in a fixed order, at the end
+        mark, style = (
+            ("✓", "green") if check.ok else ("!", "yellow") if check.warning else ("✗", "red")
+        )
+        stdout.print(Text(f"{mark} {check.name}: ", style=style) + Text(check.detail))
+
     async def body() -> list[Check]:
-        return await run_doctor(cli.data_dir, cli.config())
+        return await run_doctor(cli.data_dir, cli.config(), report=show, timeout_s=timeout)
 
     checks = run(body)
     if as_json:
         print_json([c.to_dict() for c in checks])
-    else:
-        for check in checks:
-            mark, style = (
-                ("✓", "green")
-                if check.ok
-                else ("!", "yellow")
-                if check.warning
-                else (
-                    "✗",
-                    "red",
-                )
-            )
-            stdout.print(Text(f"{mark} {check.name}: ", style=style) + Text(check.detail))
     if any(not c.ok and not c.warning for c in checks):
         raise typer.Exit(1)

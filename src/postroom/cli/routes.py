@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
+from rich.text import Text
 
 from postroom.cli.common import (
     CliContext,
@@ -18,13 +18,15 @@ from postroom.cli.common import (
     print_json,
     run,
     services_for,
+    stderr,
     stdout,
+    table,
 )
 from postroom.cli.render import print_decision, print_preview
 from postroom.core.decision import Decision
 from postroom.engine.inbound import build_inbound
 from postroom.engine.preview import DEFAULT_PREVIEW, MAX_PREVIEW, RoutePreview
-from postroom.engine.routes import RouteView
+from postroom.engine.routes import RouteView, route_warnings
 from postroom.engine.views import route_change_to_dict
 from postroom.store.records import RouteAuditRecord, RouteRecord
 
@@ -77,13 +79,16 @@ def add(
         _show_preview(run(preview), as_json)
         return
 
-    async def body() -> int:
+    async def body() -> tuple[int, list[str]]:
         async with services_for(cli) as services:
-            return await services.routes.add_route(seq, match, target, actor=actor())
+            route_id = await services.routes.add_route(seq, match, target, actor=actor())
+            return route_id, route_warnings(await services.routes.list_routes(), route_id)
 
-    route_id = run(body)
+    route_id, warnings = run(body)
+    for warning in warnings:  # the row is added all the same: the operator may mean it
+        stderr.print(Text("warning: ", style="bold yellow") + Text(warning + "."))
     if as_json:
-        print_json({"id": route_id})
+        print_json({"id": route_id, "warnings": warnings})
     else:
         stdout.print(str(route_id))
 
@@ -102,9 +107,18 @@ def list_(ctx: typer.Context, as_json: JsonOption = False) -> None:
     if as_json:
         print_json([v.to_dict() for v in views])
         return
-    table = Table("id", "seq", "match", "target", "mode", "fires on", "shadowed by")
+    rows = table(
+        "id",
+        "seq",
+        "match",
+        "target",
+        "mode",
+        "fires on",
+        "shadowed by",
+        keep=("id", "seq", "mode", "shadowed by"),
+    )
     for view in views:
-        table.add_row(
+        rows.add_row(
             str(view.id),
             str(view.seq),
             view.match or "(every message)",
@@ -113,7 +127,7 @@ def list_(ctx: typer.Context, as_json: JsonOption = False) -> None:
             view.fires_on,
             "·" if view.shadowed_by is None else f"row {view.shadowed_by}",
         )
-    stdout.print(table)
+    stdout.print(rows)
 
 
 @app.command("rm")
@@ -260,16 +274,16 @@ def history(
     if as_json:
         print_json([route_change_to_dict(e) for e in entries])
         return
-    table = Table("time", "actor", "action", "route", "change")
+    rows = table("time", "actor", "action", "route", "change", keep=("time", "route"))
     for e in entries:
-        table.add_row(
+        rows.add_row(
             e.at.strftime("%Y-%m-%d %H:%M:%S"),
             e.actor,
             e.action,
             "·" if e.route_id is None else str(e.route_id),
             _change(e),
         )
-    stdout.print(table)
+    stdout.print(rows)
 
 
 def _change(entry: RouteAuditRecord) -> str:

@@ -27,7 +27,8 @@ def serve(
     ctx: typer.Context,
     host: Annotated[str | None, typer.Option(help="Listen address (server.host).")] = None,
     port: Annotated[
-        int | None, typer.Option(help="Listen port (server.port); 0 picks one.")
+        int | None,
+        typer.Option(min=0, max=65535, help="Listen port (server.port); 0 picks one."),
     ] = None,
     log_json: Annotated[bool, typer.Option("--log-json", help="Logs as JSON lines.")] = False,
 ) -> None:

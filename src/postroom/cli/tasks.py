@@ -5,9 +5,18 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
+from rich.text import Text
 
-from postroom.cli.common import actor, context, print_json, run, services_for, stdout
+from postroom.cli.common import (
+    actor,
+    context,
+    print_json,
+    run,
+    services_for,
+    shorten,
+    stdout,
+    table,
+)
 from postroom.core.schedule import parse_schedule
 from postroom.engine.tasks import task_to_dict
 from postroom.store.records import TaskRecord
@@ -69,18 +78,27 @@ def list_(ctx: typer.Context, as_json: JsonOption = False) -> None:
     if not tasks:
         stdout.print("No tasks.", style="dim")
         return
-    table = Table("id", "folder", "chat", "schedule", "next run", "last", "prompt")
+    rows = table(
+        "id",
+        "folder",
+        "chat",
+        "schedule",
+        "next run",
+        "last",
+        "prompt",
+        keep=("id", "next run"),
+    )
     for task in tasks:
-        table.add_row(
+        rows.add_row(
             str(task.id) + ("" if task.enabled else " (paused)"),
             task.folder,
             task.chat_jid,
             parse_schedule(task.schedule, task.tz).describe(),
             task.next_run.strftime("%Y-%m-%d %H:%M") if task.next_run else "·",
-            task.last_status or "·",
-            task.prompt[:40] + ("…" if len(task.prompt) > 40 else ""),
+            Text(task.last_status or "·"),
+            shorten(task.prompt, 60),
         )
-    stdout.print(table)
+    stdout.print(rows)
 
 
 def _change(verb: str, help_text: str) -> None:

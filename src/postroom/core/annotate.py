@@ -1,5 +1,5 @@
-"""Annotations of ``list_routes`` (ROUTING §6): each row's mode, what it fires on, and the earlier
-row that shadows it.
+"""Annotations of ``list_routes`` (ROUTING §6): each row's mode, what it fires on (``never``
+for an observe row), and the earlier row that shadows it.
 
 Row *E* shadows a later row *R* when *E* matches every message *R* could match and always wins
 when it matches (its target has no ``{sender}``, which could expand to nothing and be skipped).
@@ -57,7 +57,10 @@ def annotate_routes(index: RouteIndex) -> list[RouteAnnotation]:
             if _covers(earlier.match, mine):
                 shadow = earlier.id
                 break
-        out.append(RouteAnnotation(route, route.target.mode, fires_on(route.match), shadow))
+        mode = route.target.mode
+        # An observe row stores what it matches but never starts a turn (ROUTING §6).
+        fires = "never" if mode is Mode.OBSERVE else fires_on(route.match)
+        out.append(RouteAnnotation(route, mode, fires, shadow))
     return out
 
 

@@ -124,10 +124,15 @@ class Folder:
     role: Role | None = None
     tools: tuple[str, ...] | None = None
     mirror: tuple[str, ...] | None = None
+    #: USD a day the folder's runs may cost (recorded; ``None`` = no budget).
+    budget_per_day: float | None = None
     #: Created from a ``{sender}`` template: unset settings come from the parent, live.
     inherits: bool = False
     created_at: datetime | None = None
     created_by: str = ""
+    updated_at: datetime | None = None
+    #: ``AGENT.md``'s modification time and size when the row and the file last agreed.
+    file_stamp: str | None = None
 
     @property
     def parent(self) -> str | None:
@@ -159,6 +164,7 @@ class FolderSettings:
     role: Role
     tools: tuple[str, ...]
     mirror: tuple[str, ...]
+    budget_per_day: float | None = None
 
 
 _SETTING_NAMES = (
@@ -171,6 +177,7 @@ _SETTING_NAMES = (
     "role",
     "tools",
     "mirror",
+    "budget_per_day",
 )
 
 
@@ -204,11 +211,16 @@ def effective_settings(
         role=Role(str(values.get("role", Role.AGENT))),
         tools=_tuple(values.get("tools", ())),
         mirror=_tuple(values.get("mirror", ())),
+        budget_per_day=_opt_float(values.get("budget_per_day")),
     )
 
 
 def _opt_str(value: object) -> str | None:
     return None if value is None else str(value)
+
+
+def _opt_float(value: object) -> float | None:
+    return value if isinstance(value, float) else None if value is None else float(str(value))
 
 
 def _int(value: object) -> int:

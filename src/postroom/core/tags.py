@@ -128,7 +128,16 @@ _LINE = re.compile(r"[^\n]+")
 # Punctuation that follows a word directly: "Noted [STATE:k] v [/STATE]." reads "Noted.".
 _CLINGS = frozenset(".,;:!?)]}")
 
-_AGENT_KEYS = ("persona", "provider", "model", "role", "engagement_ttl", "session")
+_AGENT_KEYS = (
+    "persona",
+    "provider",
+    "model",
+    "role",
+    "engagement_ttl",
+    "session",
+    "busy_policy",
+    "budget_per_day",
+)
 
 
 @dataclass(frozen=True, slots=True)

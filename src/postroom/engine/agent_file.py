@@ -7,24 +7,34 @@
     +++
     You are Atlas, the team's editor...
 
-The database row is the source of truth for settings; the file is what a person reads and edits
-in the folder, and ``folders add`` picks its front matter up when the file is already there.
+The database row is the source of truth for the persona and the settings; the file mirrors it.
+Every write rewrites the file (atomically), and an edit a person makes to the file is noticed by
+its stamp — modification time and size — and imported like any other write.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import tomllib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from postroom.core.errors import InvalidInput
+from postroom.core.folder_settings import SETTING_KEYS
+from postroom.engine.files import replace_file
 
-__all__ = ["FRONT_MATTER_KEYS", "AgentFile", "parse_agent_file", "render_agent_file"]
+__all__ = [
+    "FRONT_MATTER_KEYS",
+    "AgentFile",
+    "file_stamp",
+    "parse_agent_file",
+    "render_agent_file",
+    "write_agent_file",
+]
 
-FRONT_MATTER_KEYS = frozenset(
-    {"provider", "model", "engagement_ttl", "busy_policy", "session", "role", "tools", "mirror"}
-)
+FRONT_MATTER_KEYS = frozenset(SETTING_KEYS) - {"persona"}
 _FENCE = "+++"
 
 
@@ -75,11 +85,31 @@ def parse_agent_file(text: str, *, where: str = "AGENT.md") -> AgentFile:
     return AgentFile(body.strip(), settings)
 
 
+def file_stamp(file: Path) -> str | None:
+    """What changes when the file is edited: its modification time and size (``None`` when
+    there is no file). One ``stat``, so it can be checked before every turn."""
+    try:
+        status = file.stat()
+    except OSError:
+        return None
+    return f"{status.st_mtime_ns}:{status.st_size}"
+
+
+def write_agent_file(file: Path, text: str) -> str:
+    """Replace *file* atomically (a reader never sees half a file); return its new stamp."""
+    replace_file(file, text)
+    stamp = file_stamp(file)
+    assert stamp is not None  # just written
+    return stamp
+
+
 def _toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return repr(value)
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     # A JSON string is a valid TOML basic string (ensure_ascii=False avoids \ud83d surrogates).

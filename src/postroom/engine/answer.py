@@ -296,11 +296,11 @@ class AnswerWriter:
             try:
                 if action.kind == "create_agent" and self._folders is not None:
                     path = str(fields.pop("path"))
-                    await self._folders.add_folder(path, _folder_spec(fields), actor=actor)
+                    await self._folders.add_folder(path, FolderSpec(**fields), actor=actor)
                     outcomes.append(f"created agent {path}")
                 elif action.kind == "update_agent" and self._folders is not None:
                     path = str(fields.pop("folder"))
-                    await self._folders.update_folder(path, _folder_spec(fields), actor=actor)
+                    await self._folders.update(path, fields, actor=actor)
                     outcomes.append(f"updated agent {path}")
                 elif action.kind in ("create_cron", "create_heartbeat") and self._tasks:
                     schedule = str(fields["schedule"])
@@ -316,17 +316,6 @@ class AnswerWriter:
             except PostroomError as exc:
                 outcomes.append(f"⚠️ {action.kind.upper()} not applied: {exc}")
         return outcomes
-
-
-def _folder_spec(fields: dict[str, Any]) -> FolderSpec:
-    return FolderSpec(
-        persona=fields.get("persona"),
-        provider=fields.get("provider"),
-        model=fields.get("model"),
-        engagement_ttl=fields.get("engagement_ttl"),
-        session=fields.get("session"),
-        role=fields.get("role"),
-    )
 
 
 def _run_record(

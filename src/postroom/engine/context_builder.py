@@ -28,7 +28,6 @@ from postroom.engine.clock import Clock
 from postroom.engine.compaction import Compactor
 from postroom.engine.enrich import Enricher
 from postroom.engine.memory import MemoryService, PromptMemory
-from postroom.engine.persona import PersonaSource
 from postroom.llm.base import ModelRequest
 from postroom.store.protocol import Store, StoreTx
 from postroom.store.records import (
@@ -69,7 +68,6 @@ class ContextBuilder:
         catalog: Catalog,
         clock: Clock,
         settings: ContextSettings,
-        personas: PersonaSource | None = None,
         memory: MemoryService | None = None,
         compactor: Compactor | None = None,
         enricher: Enricher | None = None,
@@ -79,7 +77,6 @@ class ContextBuilder:
         self._catalog = catalog
         self._clock = clock
         self._settings = settings
-        self._personas = personas
         self._memory = memory
         self._compactor = compactor
 
@@ -107,14 +104,11 @@ class ContextBuilder:
         ):
             read = await self._read(job)
         history, compaction, memory = read.history, read.compaction, read.memory
-        persona = settings.persona
-        if self._personas is not None:
-            persona = self._personas.persona(job.folder, self._catalog.snapshot.folders, persona)
         notices = system_notices(
             now=self._clock(), chat_jid=job.chat_jid, folder=job.folder, topic=job.topic
         )
         system = render_system_prompt(
-            persona,
+            settings.persona,
             memory=memory.facts if memory else (),
             state=memory.state if memory else (),
             summary=compaction.summary if compaction else "",

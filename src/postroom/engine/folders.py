@@ -1,44 +1,66 @@
-"""Folder writes: the one place folders are created and removed.
+"""Folder writes: the one place folders are created, changed and removed.
 
-A folder is a database row (the source of truth for settings) and a directory
-``DIR/folders/<path>/`` holding ``AGENT.md`` and, later, its memory. Adding ``a/b`` creates a
-missing ``a``. Removing is refused while a route targets the folder, while it is a template
-parent, or while it has sub-folders; the directory is moved to ``DIR/removed/`` rather than
-deleted, so nothing a person wrote there is lost.
+A folder is an agent: a database row — the source of truth for its persona and settings — and a
+directory ``DIR/folders/<path>/`` whose ``AGENT.md`` mirrors the row. Every write is validated
+(:func:`postroom.core.folder_settings.parse_settings`), audited, bumps the catalog version (so
+every process sees it before it routes or runs anything) and rewrites ``AGENT.md``.
+
+An edit a person makes to ``AGENT.md`` is noticed by the file's stamp (one ``stat``): before
+the folder's next turn, when the server starts, and before any other write to the folder. It is
+validated like any write and imported; an invalid edit is logged once, reported by ``postroom
+doctor``, and not applied (a write through another surface is refused until it is fixed, so
+the edit is never silently overwritten).
+
+Adding ``a/b`` creates a missing ``a``. Removing is refused while a route targets the folder,
+while it is a template parent, or while it has sub-folders; the directory is moved to
+``DIR/removed/`` rather than deleted, so nothing a person wrote there is lost.
 """
 
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass, replace
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 import structlog
 
-from postroom.core.durations import format_duration, parse_duration
 from postroom.core.errors import Conflict, Forbidden, InvalidInput, NotFound
-from postroom.core.folders import (
-    BusyPolicy,
-    Folder,
-    Role,
-    Session,
-    ancestors,
-    is_within,
-    validate_folder,
+from postroom.core.folder_settings import (
+    BUILTIN_PROVIDERS,
+    SETTING_KEYS,
+    parse_settings,
+    settings_of,
 )
-from postroom.core.jid import parse_jid
+from postroom.core.folders import Folder, ancestors, is_within, validate_folder
 from postroom.core.target import parse_target
-from postroom.engine.agent_file import parse_agent_file, render_agent_file
+from postroom.engine.agent_file import (
+    FRONT_MATTER_KEYS,
+    file_stamp,
+    parse_agent_file,
+    render_agent_file,
+    write_agent_file,
+)
 from postroom.engine.catalog import Catalog
 from postroom.engine.clock import Clock
 from postroom.store.protocol import Store, StoreTx
+from postroom.store.records import FolderAuditRecord
 
-__all__ = ["AGENT_FILE", "FolderService", "FolderSpec", "folder_to_dict"]
+__all__ = [
+    "AGENT_FILE",
+    "FILE_ACTOR",
+    "FileProblem",
+    "FolderService",
+    "FolderSpec",
+    "folder_to_dict",
+]
 
 log = structlog.get_logger(__name__)
 
 AGENT_FILE = "AGENT.md"
+#: The actor of an edit imported from ``AGENT.md``.
+FILE_ACTOR = "file:AGENT.md"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,86 +76,62 @@ class FolderSpec:
     role: str | None = None
     tools: tuple[str, ...] | None = None
     mirror: tuple[str, ...] | None = None
+    budget_per_day: float | str | None = None
 
-    @classmethod
-    def from_mapping(cls, data: dict[str, Any]) -> FolderSpec:
-        def text(key: str) -> str | None:
-            value = data.get(key)
-            if value is None:
-                return None
-            if isinstance(value, bool) or not isinstance(value, (str, int)):
-                raise InvalidInput(f"{key} must be text.")
-            return str(value)
-
-        def texts(key: str) -> tuple[str, ...] | None:
-            value = data.get(key)
-            if value is None:
-                return None
-            if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-                raise InvalidInput(f"{key} must be a list of strings.")
-            return tuple(value)
-
-        return cls(
-            persona=text("persona"),
-            provider=text("provider"),
-            model=text("model"),
-            engagement_ttl=text("engagement_ttl"),
-            busy_policy=text("busy_policy"),
-            session=text("session"),
-            role=text("role"),
-            tools=texts("tools"),
-            mirror=texts("mirror"),
-        )
+    def changes(self) -> dict[str, Any]:
+        """The settings given, under their public keys."""
+        return {
+            f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None
+        }
 
 
-def _choice(enum: type[Any], value: str | None, key: str) -> Any:
-    if value is None:
-        return None
-    try:
-        return enum(value)
-    except ValueError:
-        choices = ", ".join(member.value for member in enum)
-        raise InvalidInput(f"{key} must be one of {choices}, not {value!r}.") from None
+@dataclass(frozen=True, slots=True)
+class FileProblem:
+    """An ``AGENT.md`` that does not agree with its row: invalid, or edited and not yet read."""
 
-
-def _ttl(value: str | None) -> int | None:
-    if value is None:
-        return None
-    try:
-        return int(parse_duration(value))
-    except ValueError as exc:
-        raise InvalidInput(f"engagement_ttl: {exc}.") from exc
+    folder: str
+    detail: str
+    #: Only waiting to be imported (valid); otherwise invalid and not applied.
+    pending: bool
 
 
 def folder_to_dict(folder: Folder) -> dict[str, Any]:
     """The public folder object (INTERFACES §4)."""
     return {
         "path": folder.path,
-        "persona": folder.persona,
-        "provider": folder.provider,
-        "model": folder.model,
-        "engagement_ttl": folder.engagement_ttl_s,
-        "session": folder.session.value if folder.session else None,
-        "busy_policy": folder.busy_policy.value if folder.busy_policy else None,
-        "role": folder.role.value if folder.role else None,
-        "mirror": list(folder.mirror) if folder.mirror is not None else None,
+        **settings_of(folder),
         "inherits": folder.inherits,
         "parent": folder.parent,
         "created_at": folder.created_at.isoformat() if folder.created_at else None,
+        "updated_at": folder.updated_at.isoformat() if folder.updated_at else None,
     }
 
 
 class FolderService:
-    """Creates, lists and removes folders."""
+    """Creates, changes, lists and removes folders, and keeps ``AGENT.md`` in step."""
 
-    def __init__(self, *, store: Store, catalog: Catalog, clock: Clock, folders_dir: Path) -> None:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        catalog: Catalog,
+        clock: Clock,
+        folders_dir: Path,
+        providers: Collection[str] = BUILTIN_PROVIDERS,
+    ) -> None:
         self._store = store
         self._catalog = catalog
         self._clock = clock
         self._folders_dir = folders_dir
+        self._providers = frozenset(providers)
+        #: The stamp of each invalid ``AGENT.md`` already logged: one log line per bad edit.
+        self._reported: dict[str, str] = {}
 
     def directory(self, path: str) -> Path:
         return self._folders_dir.joinpath(*path.split("/"))
+
+    def agent_file(self, path: str) -> Path:
+        return self.directory(path) / AGENT_FILE
 
     async def list_folders(self, *, within: str | None = None) -> list[Folder]:
         """Every folder, or those *within* one folder's tree."""
@@ -149,98 +147,101 @@ class FolderService:
             raise NotFound(f"There is no folder {path}.")
         return folder
 
+    async def show(self, path: str, *, within: str | None = None) -> Folder:
+        """One folder as it is now: an edit of its ``AGENT.md`` is imported first."""
+        validate_folder(path)
+        _confined(path, within)
+        await self.import_edits(path)
+        return await self.get_folder(path)
+
+    async def history(self, path: str | None = None, *, limit: int = 20) -> list[FolderAuditRecord]:
+        """Who changed folders (or one folder), newest first."""
+        async with self._store.read() as tx:
+            return await tx.list_folder_audit(folder=path, limit=limit)
+
     async def add_folder(
         self, path: str, spec: FolderSpec, *, actor: str, within: str | None = None
     ) -> Folder:
-        """Create *path* (and its missing parents) with the given settings."""
+        """Create *path* (and its missing parents) with the given settings; an ``AGENT.md``
+        already in its directory gives what *spec* leaves out."""
         validate_folder(path)
         _confined(path, within)
-        directory = self.directory(path)
-        existing_file = directory / AGENT_FILE
-        from_file = (
-            parse_agent_file(existing_file.read_text("utf-8"), where=str(existing_file))
-            if existing_file.is_file()
-            else None
-        )
-        file_settings = from_file.settings if from_file else {}
-
-        def pick(key: str, given: Any) -> Any:
-            return given if given is not None else file_settings.get(key)
-
-        persona = (
-            spec.persona
-            if spec.persona is not None
-            else (from_file.persona if from_file and from_file.persona else None)
-        )
-        ttl_text = pick("engagement_ttl", spec.engagement_ttl)
-        folder = Folder(
-            path=path,
-            persona=persona,
-            provider=pick("provider", spec.provider),
-            model=pick("model", spec.model),
-            engagement_ttl_s=_ttl(None if ttl_text is None else str(ttl_text)),
-            busy_policy=_choice(BusyPolicy, pick("busy_policy", spec.busy_policy), "busy_policy"),
-            session=_choice(Session, pick("session", spec.session), "session"),
-            role=_choice(Role, pick("role", spec.role), "role"),
-            tools=_tuple(pick("tools", spec.tools), "tools"),
-            mirror=_mirror(_tuple(pick("mirror", spec.mirror), "mirror")),
-            created_at=self._clock(),
-            created_by=actor,
-        )
+        given = parse_settings(spec.changes(), providers=self._providers)
         async with self._store.write() as tx:
             if await tx.get_folder(path) is not None:
                 raise Conflict(f"Folder {path} already exists.")
             for parent in ancestors(path):
                 if await tx.get_folder(parent) is None:
-                    await tx.insert_folder(
-                        Folder(parent, created_at=folder.created_at, created_by=actor)
-                    )
-                    self._write_agent_file(parent, None, {})
-            await tx.insert_folder(folder)
-            # Files are written inside the transaction: if that fails, no row is committed.
-            self._write_agent_file(path, folder.persona, _front_matter(folder, ttl_text))
+                    await self._insert(tx, parent, {}, actor=actor)
+            folder = await self._insert(tx, path, given, actor=actor)
             await self._changed(tx)
+        log.info("folder.added", folder=path, actor=actor)
         return folder
 
-    async def update_folder(self, path: str, spec: FolderSpec, *, actor: str) -> Folder:
-        """Change the settings given in *spec* (``None`` leaves one as it is)."""
+    async def update(
+        self, path: str, changes: Mapping[str, Any], *, actor: str, within: str | None = None
+    ) -> Folder:
+        """Change the settings in *changes* (public keys; ``None`` unsets one); the change
+        takes effect on the folder's next turn.
+
+        Validated like every write, audited, and mirrored to ``AGENT.md``. An edit of the file
+        not yet imported is imported first; an invalid one refuses the write.
+        """
         validate_folder(path)
-        changes: dict[str, Any] = {}
-        if spec.persona is not None:
-            changes["persona"] = spec.persona
-        if spec.provider is not None:
-            changes["provider"] = spec.provider
-        if spec.model is not None:
-            changes["model"] = spec.model
-        if spec.engagement_ttl is not None:
-            changes["engagement_ttl_s"] = _ttl(spec.engagement_ttl)
-        if spec.busy_policy is not None:
-            changes["busy_policy"] = _choice(BusyPolicy, spec.busy_policy, "busy_policy")
-        if spec.session is not None:
-            changes["session"] = _choice(Session, spec.session, "session")
-        if spec.role is not None:
-            changes["role"] = _choice(Role, spec.role, "role")
-        if spec.tools is not None:
-            changes["tools"] = _tuple(spec.tools, "tools")
-        if spec.mirror is not None:
-            changes["mirror"] = _mirror(_tuple(spec.mirror, "mirror"))
-        if not changes:
-            raise InvalidInput(f"Nothing to change in folder {path}.")
+        _confined(path, within)
+        values = parse_settings(changes, providers=self._providers)
+        if not values:
+            raise InvalidInput(
+                f"Nothing to change in folder {path}; give one of {', '.join(SETTING_KEYS)}."
+            )
         async with self._store.write() as tx:
             current = await tx.get_folder(path)
             if current is None:
                 raise NotFound(f"There is no folder {path}.")
-            updated = replace(current, **changes)
-            await tx.update_folder(updated)
-            self._write_agent_file(
-                path,
-                updated.persona,
-                _front_matter(updated, _ttl_text(updated.engagement_ttl_s)),
-                overwrite=True,
-            )
-            await self._changed(tx)
+            current = await self._absorb_edit(tx, current)
+            updated = await self._apply(tx, current, values, actor=actor, action="update")
         log.info("folder.updated", folder=path, actor=actor, changed=sorted(changes))
         return updated
+
+    async def import_edits(self, path: str | None = None) -> list[str]:
+        """Import edited ``AGENT.md`` files: of *path* and the folders whose settings it
+        inherits, or of every folder. One ``stat`` per folder when nothing changed; returns
+        the folders whose rows changed. Reads the catalog version first, so the caller's
+        snapshot also has every write another process made."""
+        async with self._store.read() as tx:
+            snapshot = await self._catalog.current(tx)
+        paths = sorted(snapshot.folders) if path is None else _chain(path, snapshot.folders)
+        imported: list[str] = []
+        for candidate in paths:
+            folder = snapshot.folders[candidate]
+            stamp = file_stamp(self.agent_file(candidate))
+            if stamp is not None and stamp != folder.file_stamp and await self._import(candidate):
+                imported.append(candidate)
+        return imported
+
+    async def file_problems(self) -> list[FileProblem]:
+        """Every ``AGENT.md`` that is invalid, or edited and not yet imported (for ``postroom
+        doctor``); reads nothing but the files that changed."""
+        problems: list[FileProblem] = []
+        for folder in await self.list_folders():
+            file = self.agent_file(folder.path)
+            stamp = file_stamp(file)
+            if stamp is None or stamp == folder.file_stamp:
+                continue
+            try:
+                self._read_file(folder.path)
+            except InvalidInput as exc:
+                problems.append(FileProblem(folder.path, f"{exc} It is not applied.", False))
+                continue
+            problems.append(
+                FileProblem(
+                    folder.path,
+                    f"{self._shown(folder.path)} was edited; the server imports it before the "
+                    "folder's next turn.",
+                    True,
+                )
+            )
+        return problems
 
     async def remove_folder(self, path: str, *, actor: str, within: str | None = None) -> Folder:
         """Remove a folder no route and no sub-folder depends on."""
@@ -268,6 +269,7 @@ class FolderService:
                     f"Folder {path} has sub-folder(s) {', '.join(children)}; remove them first."
                 )
             await tx.delete_folder(path)
+            await self._audit(tx, actor, "remove", path, folder, None)
             await self._changed(tx)
         self._archive_directory(path)
         log.info("folder.removed", folder=path, actor=actor)
@@ -283,25 +285,128 @@ class FolderService:
             if candidate == template_parent:
                 continue
             if await tx.get_folder(candidate) is None:
-                await tx.insert_folder(
-                    Folder(candidate, inherits=True, created_at=now, created_by="template")
+                folder = Folder(
+                    candidate, inherits=True, created_at=now, created_by="template", updated_at=now
                 )
+                await tx.insert_folder(folder)
+                await self._audit(tx, "template", "add", candidate, None, folder)
         await self._changed(tx)
+
+    # -- inside a write ---------------------------------------------------------------------
+    async def _insert(self, tx: StoreTx, path: str, given: dict[str, Any], *, actor: str) -> Folder:
+        """A new row, its settings over those of an ``AGENT.md`` already in its directory; the
+        file is rewritten to mirror the row."""
+        from_file = self._read_file(path) if self.agent_file(path).is_file() else {}
+        now = self._clock()
+        folder = Folder(
+            path, **{**from_file, **given}, created_at=now, created_by=actor, updated_at=now
+        )
+        # The file is written inside the transaction: if that fails, no row is committed.
+        folder = replace(folder, file_stamp=self._write_file(folder))
+        await tx.insert_folder(folder)
+        await self._audit(tx, actor, "add", path, None, folder)
+        return folder
+
+    async def _apply(
+        self,
+        tx: StoreTx,
+        current: Folder,
+        values: Mapping[str, Any],
+        *,
+        actor: str,
+        action: str,
+        stamp: str | None = None,
+    ) -> Folder:
+        """Write *values* over *current*. Without *stamp* (a write through a surface) the file
+        is rewritten; with it (an import) the person's file is left as they wrote it."""
+        updated = replace(current, **values, updated_at=self._clock())
+        updated = replace(updated, file_stamp=stamp or self._write_file(updated))
+        await tx.update_folder(updated)
+        await self._audit(tx, actor, action, current.path, current, updated)
+        await self._changed(tx)
+        return updated
+
+    async def _absorb_edit(self, tx: StoreTx, current: Folder) -> Folder:
+        """Before a write: import an edit of the folder's file, or refuse if it is invalid."""
+        stamp = file_stamp(self.agent_file(current.path))
+        if stamp is None or stamp == current.file_stamp:
+            return current
+        try:
+            values = self._read_file(current.path)
+        except InvalidInput as exc:
+            raise InvalidInput(f"{exc} Fix or undo that edit first; nothing was changed.") from None
+        return await self._apply(
+            tx, current, values, actor=FILE_ACTOR, action="import", stamp=stamp
+        )
+
+    async def _import(self, path: str) -> bool:
+        # The stamp is taken before the file is read: an edit landing in between is then seen
+        # as a newer stamp next time, never lost.
+        stamp = file_stamp(self.agent_file(path))
+        if stamp is None:
+            return False
+        try:
+            values = self._read_file(path)
+        except InvalidInput as exc:
+            if self._reported.get(path) != stamp:
+                self._reported[path] = stamp
+                log.error("folder.agent_file_invalid", folder=path, error=str(exc))
+            return False
+        self._reported.pop(path, None)
+        async with self._store.write() as tx:
+            current = await tx.get_folder(path)
+            if current is None or current.file_stamp == stamp:
+                return False  # removed, or another process imported it first
+            await self._apply(tx, current, values, actor=FILE_ACTOR, action="import", stamp=stamp)
+        log.info("folder.imported", folder=path, file=self._shown(path))
+        return True
+
+    async def _audit(
+        self,
+        tx: StoreTx,
+        actor: str,
+        action: str,
+        path: str,
+        before: Folder | None,
+        after: Folder | None,
+    ) -> None:
+        await tx.add_folder_audit(
+            at=self._clock(),
+            actor=actor,
+            action=action,
+            folder=path,
+            before=None if before is None else settings_of(before),
+            after=None if after is None else settings_of(after),
+        )
 
     async def _changed(self, tx: StoreTx) -> None:
         version = await tx.bump_catalog_version()
         await self._catalog.reload(tx, version)
 
-    def _write_agent_file(
-        self, path: str, persona: str | None, settings: dict[str, Any], *, overwrite: bool = False
-    ) -> None:
-        directory = self.directory(path)
-        directory.mkdir(parents=True, exist_ok=True)
-        file = directory / AGENT_FILE
-        if file.exists() and not overwrite:
-            return
-        text = render_agent_file(persona or "", settings)
-        file.write_text(text, "utf-8")
+    # -- the file ---------------------------------------------------------------------------
+    def _read_file(self, path: str) -> dict[str, Any]:
+        """Every setting ``AGENT.md`` holds, as :class:`Folder` fields: a key it leaves out is
+        unset. Raises InvalidInput naming the file and the key."""
+        where = self._shown(path)
+        try:
+            text = self.agent_file(path).read_text("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InvalidInput(f"Cannot read {where}: {exc}.") from None
+        parsed = parse_agent_file(text, where=where)
+        public: dict[str, Any] = {key: parsed.settings.get(key) for key in FRONT_MATTER_KEYS}
+        public["persona"] = parsed.persona or None
+        try:
+            return parse_settings(public, providers=self._providers)
+        except InvalidInput as exc:
+            raise InvalidInput(f"{where}: {exc}") from None
+
+    def _write_file(self, folder: Folder) -> str:
+        settings = settings_of(folder)
+        persona = settings.pop("persona") or ""
+        return write_agent_file(self.agent_file(folder.path), render_agent_file(persona, settings))
+
+    def _shown(self, path: str) -> str:
+        return f"folders/{path}/{AGENT_FILE}"
 
     def _archive_directory(self, path: str) -> None:
         directory = self.directory(path)
@@ -321,34 +426,13 @@ def _confined(path: str, within: str | None) -> None:
         )
 
 
-def _tuple(value: Any, key: str) -> tuple[str, ...] | None:
-    if value is None:
-        return None
-    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-        return tuple(value)
-    raise InvalidInput(f"{key} must be a list of strings.")
-
-
-def _ttl_text(seconds: int | None) -> str | None:
-    return None if seconds is None else format_duration(seconds)
-
-
-def _mirror(chats: tuple[str, ...] | None) -> tuple[str, ...] | None:
-    if chats is None:
-        return None
-    for chat in chats:
-        parse_jid(chat, what="mirror chat")
-    return chats
-
-
-def _front_matter(folder: Folder, ttl_text: Any) -> dict[str, Any]:
-    return {
-        "provider": folder.provider,
-        "model": folder.model,
-        "engagement_ttl": None if ttl_text is None else str(ttl_text),
-        "busy_policy": folder.busy_policy.value if folder.busy_policy else None,
-        "session": folder.session.value if folder.session else None,
-        "role": folder.role.value if folder.role else None,
-        "tools": list(folder.tools) if folder.tools is not None else None,
-        "mirror": list(folder.mirror) if folder.mirror is not None else None,
-    }
+def _chain(path: str, folders: Mapping[str, Folder]) -> list[str]:
+    """*path* and the folders it takes unset settings from (``{sender}`` folders inherit)."""
+    chain: list[str] = []
+    current = folders.get(path)
+    while current is not None:
+        chain.append(current.path)
+        if not current.inherits or current.parent is None:
+            break
+        current = folders.get(current.parent)
+    return chain

@@ -8,13 +8,14 @@ from typing import Any
 
 from postroom.core.errors import Forbidden, NotFound
 from postroom.core.folders import is_within
-from postroom.core.messages import StoredMessage
+from postroom.core.messages import MessageType, StoredMessage
 from postroom.store.protocol import Store
 from postroom.store.records import (
     DeliveryRecord,
     DropRecord,
     RouteAuditRecord,
     RunRecord,
+    RunSummary,
     UsageRow,
 )
 
@@ -55,6 +56,28 @@ class History:
         """Messages after *since_seq*, oldest first (for catching up a live view)."""
         async with self._store.read() as tx:
             return await tx.get_messages_since(chat_jid, since_seq, limit=limit)
+
+    async def answers(self, job_id: int, *, chat_jid: str, after_seq: int) -> list[StoredMessage]:
+        """What turn *job_id* wrote in *chat_jid* after *after_seq*, oldest first: its answer,
+        and the host notices about it (a failure, a tag that was refused); no traces."""
+        async with self._store.read() as tx:
+            found = await tx.get_messages_since(chat_jid, after_seq, limit=1000)
+        return [
+            m
+            for m in found
+            if m.metadata.get("job_id") == job_id
+            and m.message_type in (MessageType.ASSISTANT, MessageType.HOST)
+        ]
+
+    async def runs(self, *, folder: str | None = None, limit: int = 50) -> list[RunSummary]:
+        """Run summaries, newest first."""
+        async with self._store.read() as tx:
+            return await tx.list_runs(folder=folder, limit=limit)
+
+    async def run_ids(self, job_ids: list[int]) -> dict[int, list[int]]:
+        """Each job's runs, oldest first."""
+        async with self._store.read() as tx:
+            return await tx.run_ids_for_jobs(job_ids)
 
     async def drops(self, *, limit: int = 100) -> list[DropRecord]:
         async with self._store.read() as tx:

@@ -126,6 +126,7 @@ class Ingestor:
             size = len(message.content.encode("utf-8"))
         except UnicodeEncodeError:
             raise InvalidInput("The content is not valid UTF-8 text.") from None
+
         try:
             message.timestamp.astimezone(UTC)
         except OverflowError:
@@ -138,6 +139,10 @@ class Ingestor:
     async def ingest(self, message: InboundMessage, *, operator: bool = False) -> IngestResult:
         """Dedupe, route and store *message* in one transaction."""
         self.validate(message, operator=operator)
+        if not message.attachments and not message.content.strip():
+            # PIPELINE §1: nothing to answer, so nothing is stored and no turn starts. (A
+            # hypothetical message may be empty: explain() takes one.)
+            raise InvalidInput("The message is empty: send some text or an attachment.")
         effects = _Effects()
         async with self._store.write() as tx:
             prior = await tx.prior_outcome(message.id, message.chat_jid)

@@ -25,7 +25,14 @@ from postroom.engine.preview import RoutePreview, preview_limit, preview_traffic
 from postroom.store.protocol import Store, StoreTx
 from postroom.store.records import RouteRecord, RouteSpec
 
-__all__ = ["RouteService", "RouteView", "parse_seq", "validate_route", "validate_rows"]
+__all__ = [
+    "RouteService",
+    "RouteView",
+    "parse_seq",
+    "route_warnings",
+    "validate_route",
+    "validate_rows",
+]
 
 SEQ_LIMIT = 2**31
 
@@ -277,26 +284,7 @@ def validate_rows(rows: object, folders: Iterable[str], within: str | None) -> l
     if not isinstance(rows, Sequence) or isinstance(rows, (str, bytes)):
         raise InvalidInput("set_routes takes a list of {seq, match, target} objects.")
     paths = set(folders)
-    specs: list[RouteSpec] = []
-    for position, row in enumerate(rows, start=1):
-        if not isinstance(row, Mapping):
-            raise InvalidInput(f"Route {position} is not an object with seq, match, target.")
-        unknown = set(row) - {"seq", "match", "target", "id"}
-        if unknown:
-            raise InvalidInput(
-                f"Route {position} has unknown field(s) {', '.join(sorted(unknown))}; "
-                "expected seq, match, target."
-            )
-        if "seq" not in row or "target" not in row:
-            raise InvalidInput(f"Route {position} needs both seq and target.")
-        try:
-            spec = validate_route(row["seq"], row.get("match", ""), row["target"], paths)
-        except InvalidInput as exc:
-            raise InvalidInput(f"Route {position}: {exc}") from exc
-        if within is not None and not _target_within(spec.target, within):
-            raise Forbidden(f"Route {position} targets {spec.target}, outside {within}.")
-        specs.append(spec)
-    return specs
+    return [_row_spec(position, row, paths, within) for position, row in enumerate(rows, 1)]
 
 
 def _confined(spec: RouteSpec, within: str | None) -> RouteSpec:
@@ -318,6 +306,62 @@ async def _existing(tx: StoreTx, route_id: int, within: str | None) -> RouteReco
             f"{within} and the folders under it may be changed here."
         )
     return record
+
+
+def _row_spec(position: int, row: object, folders: Iterable[str], within: str | None) -> RouteSpec:
+    """One row of a ``set_routes`` table, validated; a refusal names the row by its position
+    in the list and by what it says (ids change with every set, so they name nothing)."""
+    where = f"Row {position} of the table ({_row_text(row)})"
+    if not isinstance(row, Mapping):
+        raise InvalidInput(f"{where} is not an object with seq, match, target.")
+    unknown = set(row) - {"seq", "match", "target", "id"}
+    if unknown:
+        raise InvalidInput(
+            f"{where} has unknown field(s) {', '.join(sorted(unknown))}; expected seq, match, "
+            "target."
+        )
+    if "seq" not in row or "target" not in row:
+        raise InvalidInput(f"{where} needs both seq and target.")
+    try:
+        spec = validate_route(row["seq"], row.get("match", ""), row["target"], folders)
+    except InvalidInput as exc:
+        raise InvalidInput(f"{where}: {exc}") from exc
+    if within is not None and not _target_within(spec.target, within):
+        raise Forbidden(f"{where} targets {spec.target}, outside {within}.")
+    return spec
+
+
+def _row_text(row: object, limit: int = 80) -> str:
+    if isinstance(row, Mapping):
+        parts = [f"{key} {row[key]!r}" for key in ("seq", "match", "target") if key in row]
+        text = ", ".join(parts) or "no seq, match or target"
+    else:
+        text = repr(row)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def route_warnings(views: Sequence[RouteView], route_id: int) -> list[str]:
+    """What is suspicious about row *route_id* of the table: an earlier row that matches every
+    message it could match (so it never fires), or another row saying the same thing."""
+    by_id = {view.id: view for view in views}
+    row = by_id.get(route_id)
+    if row is None:
+        return []
+    out: list[str] = []
+    same = [v for v in views if v.id != route_id and (v.match, v.target) == (row.match, row.target)]
+    for twin in same:
+        out.append(f"route {route_id} duplicates row {_described(twin)}")
+    shadow = by_id.get(row.shadowed_by) if row.shadowed_by is not None else None
+    if shadow is not None and shadow not in same:
+        out.append(
+            f"route {route_id} never fires: row {_described(shadow)} comes first and matches "
+            "every message it would"
+        )
+    return out
+
+
+def _described(view: RouteView) -> str:
+    return f"{view.id} (seq {view.seq}, {view.match or 'every message'} → {view.target})"
 
 
 def _target_within(target: str, scope: str) -> bool:

@@ -7,9 +7,11 @@ can build any of them alone.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
+from postroom.core.folder_settings import BUILTIN_PROVIDERS
 from postroom.core.folders import FolderDefaults
 from postroom.core.trigger import Trigger
 from postroom.engine.catalog import Catalog
@@ -63,12 +65,20 @@ class Services:
         metrics: Metrics | None = None,
         tick_s: float = DEFAULT_TICK_S,
         api_token: str = "",
+        providers: Collection[str] = BUILTIN_PROVIDERS,
     ) -> Services:
+        """*providers*: the names a folder's ``provider`` may take (built-in and configured)."""
         catalog = Catalog()
         signals = signals or Signals()
         queue = queue or QueueSettings()
         router = Router(store=store, catalog=catalog, trigger=trigger, clock=clock)
-        folders = FolderService(store=store, catalog=catalog, clock=clock, folders_dir=folders_dir)
+        folders = FolderService(
+            store=store,
+            catalog=catalog,
+            clock=clock,
+            folders_dir=folders_dir,
+            providers=providers,
+        )
         return cls(
             store=store,
             catalog=catalog,
@@ -115,6 +125,7 @@ class Services:
         signals: Signals | None = None,
         tick_s: float = DEFAULT_TICK_S,
         api_token: str = "",
+        providers: Collection[str] = BUILTIN_PROVIDERS,
     ) -> Services:
         store = await SqliteStore.open(database)
         return cls.build(
@@ -129,6 +140,7 @@ class Services:
             signals=signals,
             tick_s=tick_s,
             api_token=api_token,
+            providers=providers,
         )
 
     async def close(self) -> None:

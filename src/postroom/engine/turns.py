@@ -11,6 +11,7 @@ does that; a run that calls the model no more leaves them to the follow-up).
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from datetime import datetime
 from enum import IntEnum
@@ -24,6 +25,7 @@ from postroom.store.protocol import Store, StoreTx
 from postroom.store.records import JobKind, JobRecord, JobStatus, NewJob
 
 __all__ = [
+    "FINISHED",
     "Enqueued",
     "Priority",
     "QueueSettings",
@@ -34,6 +36,10 @@ __all__ = [
     "reply_chats",
     "turn_priority",
 ]
+
+
+#: The statuses a job does not leave by itself.
+FINISHED = frozenset({JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED})
 
 
 class Priority(IntEnum):
@@ -132,9 +138,9 @@ async def enqueue_turn(
     return Enqueued(new_id, conversation_id, joined=False, interrupted=interrupted)
 
 
-def job_to_dict(job: JobRecord) -> dict[str, Any]:
-    """The public job object (INTERFACES §4)."""
-    return {
+def job_to_dict(job: JobRecord, *, run_ids: list[int] | None = None) -> dict[str, Any]:
+    """The public job object (INTERFACES §4); with *run_ids*, also the runs it made."""
+    out = {
         "id": job.id,
         "conversation_id": job.conversation_id,
         "folder": job.folder,
@@ -152,6 +158,9 @@ def job_to_dict(job: JobRecord) -> dict[str, Any]:
         "finished_at": job.finished_at.isoformat() if job.finished_at else None,
         "message_ids": [message_id for message_id, _ in job.messages],
     }
+    if run_ids is not None:
+        out["run_ids"] = run_ids
+    return out
 
 
 class TurnService:
@@ -181,6 +190,19 @@ class TurnService:
         if job is None:
             raise NotFound(f"There is no job {job_id}.")
         return job
+
+    async def finished(self, job_id: int, *, timeout_s: float, poll_s: float = 0.2) -> JobRecord:
+        """The job once it is done, failed or cancelled; ``TimeoutError`` after *timeout_s*.
+
+        For a person waiting on a command (``send --wait``): another process runs the turn, so
+        the job's row is read every *poll_s* — never on a hot path.
+        """
+        async with asyncio.timeout(timeout_s):
+            while True:
+                job = await self.get_job(job_id)
+                if job.status in FINISHED:
+                    return job
+                await asyncio.sleep(poll_s)
 
     async def retry(self, job_id: int) -> JobRecord:
         async with self._store.write() as tx:

@@ -5,9 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from postroom.core.messages import StoredMessage
-from postroom.store.records import DropRecord, RouteAuditRecord, RunRecord
+from postroom.store.records import DropRecord, RouteAuditRecord, RunRecord, RunSummary
 
-__all__ = ["drop_to_dict", "message_to_dict", "route_change_to_dict", "run_to_dict"]
+__all__ = [
+    "drop_to_dict",
+    "message_to_dict",
+    "route_change_to_dict",
+    "run_summary_to_dict",
+    "run_to_dict",
+]
 
 
 def message_to_dict(message: StoredMessage) -> dict[str, Any]:
@@ -75,4 +81,23 @@ def route_change_to_dict(entry: RouteAuditRecord) -> dict[str, Any]:
         "route_id": entry.route_id,
         "before": entry.before,
         "after": entry.after,
+    }
+
+
+def run_summary_to_dict(run: RunSummary) -> dict[str, Any]:
+    """A run without its request and output (``runs list``, ``GET /api/v1/runs``); ``cost`` is
+    null for a model without a price."""
+    return {
+        "id": run.id,
+        "job_id": run.job_id,
+        "folder": run.folder,
+        "provider": run.provider,
+        "model": run.model,
+        "usage": run.usage,
+        "cost": run.cost,
+        "duration_ms": run.duration_ms,
+        "outcome": run.outcome,
+        "error": run.error,
+        "purpose": run.purpose,
+        "started_at": run.started_at.isoformat(),
     }

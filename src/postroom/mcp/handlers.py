@@ -35,6 +35,7 @@ from postroom.mcp.arguments import (
     ReadMessagesArgs,
     RunIdArgs,
     SetRoutesArgs,
+    UpdateFolderArgs,
 )
 
 __all__ = [
@@ -143,15 +144,24 @@ async def list_folders(services: Services, who: Principal, _: NoArgs) -> dict[st
 
 
 async def get_folder(services: Services, who: Principal, args: FolderArgs) -> dict[str, Any]:
-    return folder_to_dict(await services.folders.get_folder(args.path, within=who.folder))
+    return folder_to_dict(await services.folders.show(args.path, within=who.folder))
 
 
 async def create_folder(
     services: Services, who: Principal, args: CreateFolderArgs
 ) -> dict[str, Any]:
-    spec = FolderSpec.from_mapping(args.settings())
+    spec = FolderSpec(**args.settings())
     folder = await services.folders.add_folder(
         args.path, spec, actor=who.actor(SURFACE), within=who.folder
+    )
+    return folder_to_dict(folder)
+
+
+async def update_folder(
+    services: Services, who: Principal, args: UpdateFolderArgs
+) -> dict[str, Any]:
+    folder = await services.folders.update(
+        args.path, args.settings(), actor=who.actor(SURFACE), within=who.folder
     )
     return folder_to_dict(folder)
 

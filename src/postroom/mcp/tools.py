@@ -29,6 +29,7 @@ from postroom.mcp.arguments import (
     ReadMessagesArgs,
     RunIdArgs,
     SetRoutesArgs,
+    UpdateFolderArgs,
 )
 from postroom.mcp.handlers import SURFACE
 
@@ -165,6 +166,16 @@ TOOLS: tuple[Tool[Any], ...] = (
         ROUTES,
         True,
         handlers.create_folder,
+    ),
+    Tool(
+        "update_folder",
+        "Change some of a folder's settings (its persona included); only the settings given "
+        "change, and a setting given as null is unset (inherited again). Takes effect on the "
+        "folder's next turn. Answers the folder as it is now.",
+        UpdateFolderArgs,
+        ROUTES,
+        True,
+        handlers.update_folder,
     ),
     Tool(
         "list_jobs",

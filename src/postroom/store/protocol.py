@@ -22,6 +22,7 @@ from postroom.store.records import (
     ConversationRecord,
     DeliveryRecord,
     DropRecord,
+    FolderAuditRecord,
     JobRecord,
     JobStatus,
     MemoryFact,
@@ -32,6 +33,7 @@ from postroom.store.records import (
     RouteRecord,
     RouteSpec,
     RunRecord,
+    RunSummary,
     TaskRecord,
     TokenRecord,
     UsageRow,
@@ -100,7 +102,16 @@ class StoreTx(Protocol):
     async def delete_folder(self, path: str) -> None: ...
 
     async def update_folder(self, folder: Folder) -> None:
-        """Replace a folder's settings (its path, parent and creation stay)."""
+        """Replace a folder's settings, ``updated_at`` and file stamp (its path, parent and
+        creation stay)."""
+        ...
+
+    async def add_folder_audit(
+        self, *, at: datetime, actor: str, action: str, folder: str, before: Any, after: Any
+    ) -> None: ...
+
+    async def list_folder_audit(self, *, folder: str | None, limit: int) -> list[FolderAuditRecord]:
+        """Newest first."""
         ...
 
     # -- chats ----------------------------------------------------------------------------
@@ -383,6 +394,14 @@ class StoreTx(Protocol):
     async def insert_run(self, run: RunRecord) -> int: ...
 
     async def get_run(self, run_id: int) -> RunRecord | None: ...
+
+    async def list_runs(self, *, folder: str | None, limit: int) -> list[RunSummary]:
+        """Newest first."""
+        ...
+
+    async def run_ids_for_jobs(self, job_ids: Iterable[int]) -> dict[int, list[int]]:
+        """Each job's runs, oldest first (jobs without runs are left out)."""
+        ...
 
     async def insert_task(self, task: TaskRecord) -> int: ...
 

@@ -15,6 +15,7 @@ __all__ = [
     "ConversationRecord",
     "DeliveryRecord",
     "DropRecord",
+    "FolderAuditRecord",
     "JobKind",
     "JobRecord",
     "JobStatus",
@@ -26,6 +27,7 @@ __all__ = [
     "RouteRecord",
     "RouteSpec",
     "RunRecord",
+    "RunSummary",
     "TaskRecord",
     "TokenRecord",
     "UsageRow",
@@ -65,6 +67,19 @@ class RouteAuditRecord:
     actor: str
     action: str
     route_id: int | None
+    before: Any
+    after: Any
+
+
+@dataclass(frozen=True, slots=True)
+class FolderAuditRecord:
+    """Who changed a folder's settings, when, how, and the settings before and after."""
+
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    folder: str
     before: Any
     after: Any
 
@@ -248,6 +263,24 @@ class RunRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class RunSummary:
+    """A run without its request and output: what ``runs list`` shows."""
+
+    id: int
+    job_id: int
+    folder: str
+    provider: str
+    model: str | None
+    usage: dict[str, Any] | None
+    cost: float | None
+    duration_ms: int | None
+    outcome: str
+    error: str | None
+    started_at: datetime
+    purpose: str
+
+
+@dataclass(frozen=True, slots=True)
 class TaskRecord:
     """A scheduled prompt (PIPELINE §7)."""
 
@@ -308,4 +341,5 @@ class UsageRow:
     runs: int
     input_tokens: int
     output_tokens: int
-    cost: float
+    #: ``None`` when a run used tokens of a model without a price (the cost is unknown).
+    cost: float | None

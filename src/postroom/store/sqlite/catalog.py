@@ -8,7 +8,7 @@ from enum import Enum
 from typing import Any
 
 from postroom.core.folders import BusyPolicy, Folder, Role, Session
-from postroom.store.records import RouteAuditRecord, RouteRecord, RouteSpec
+from postroom.store.records import FolderAuditRecord, RouteAuditRecord, RouteRecord, RouteSpec
 from postroom.store.sqlite.base import Statements
 from postroom.store.sqlite.codec import dump_json, from_iso, load_json, to_iso
 
@@ -16,7 +16,7 @@ __all__ = ["CatalogStatements"]
 
 _FOLDER_COLUMNS = (
     "path, persona, provider, model, engagement_ttl_s, busy_policy, session, role, tools, "
-    "mirror, inherits, created_at, created_by"
+    "mirror, inherits, created_at, created_by, budget_per_day, updated_at, file_stamp"
 )
 
 
@@ -108,48 +108,90 @@ class CatalogStatements(Statements):
         return _folder(row) if row else None
 
     async def insert_folder(self, folder: Folder) -> None:
+        created = to_iso(folder.created_at or datetime.now(UTC))
         await self._run(
             "INSERT INTO folders (path, parent, persona, provider, model, engagement_ttl_s, "
-            "busy_policy, session, role, tools, mirror, inherits, created_at, created_by) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "busy_policy, session, role, tools, mirror, budget_per_day, file_stamp, inherits, "
+            "created_at, created_by, updated_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 folder.path,
                 folder.parent,
-                folder.persona,
-                folder.provider,
-                folder.model,
-                folder.engagement_ttl_s,
-                _enum(folder.busy_policy),
-                _enum(folder.session),
-                _enum(folder.role),
-                None if folder.tools is None else dump_json(list(folder.tools)),
-                None if folder.mirror is None else dump_json(list(folder.mirror)),
+                *_settings(folder),
                 int(folder.inherits),
-                to_iso(folder.created_at) if folder.created_at else to_iso(datetime.now(UTC)),
+                created,
                 folder.created_by,
+                to_iso(folder.updated_at) if folder.updated_at else created,
             ),
         )
 
     async def update_folder(self, folder: Folder) -> None:
         await self._run(
             "UPDATE folders SET persona = ?, provider = ?, model = ?, engagement_ttl_s = ?, "
-            "busy_policy = ?, session = ?, role = ?, tools = ?, mirror = ? WHERE path = ?",
+            "busy_policy = ?, session = ?, role = ?, tools = ?, mirror = ?, budget_per_day = ?, "
+            "file_stamp = ?, updated_at = ? WHERE path = ?",
             (
-                folder.persona,
-                folder.provider,
-                folder.model,
-                folder.engagement_ttl_s,
-                _enum(folder.busy_policy),
-                _enum(folder.session),
-                _enum(folder.role),
-                None if folder.tools is None else dump_json(list(folder.tools)),
-                None if folder.mirror is None else dump_json(list(folder.mirror)),
+                *_settings(folder),
+                to_iso(folder.updated_at or datetime.now(UTC)),
                 folder.path,
             ),
         )
 
     async def delete_folder(self, path: str) -> None:
         await self._run("DELETE FROM folders WHERE path = ?", (path,))
+
+    async def add_folder_audit(
+        self, *, at: datetime, actor: str, action: str, folder: str, before: Any, after: Any
+    ) -> None:
+        await self._run(
+            "INSERT INTO folder_audit (at, actor, action, folder, before, after) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                to_iso(at),
+                actor,
+                action,
+                folder,
+                None if before is None else dump_json(before),
+                None if after is None else dump_json(after),
+            ),
+        )
+
+    async def list_folder_audit(self, *, folder: str | None, limit: int) -> list[FolderAuditRecord]:
+        where, params = ("WHERE folder = ? ", [folder]) if folder is not None else ("", [])
+        rows = await self._all(
+            "SELECT id, at, actor, action, folder, before, after FROM folder_audit "
+            f"{where}ORDER BY id DESC LIMIT ?",
+            (*params, limit),
+        )
+        return [
+            FolderAuditRecord(
+                row[0],
+                from_iso(row[1]),
+                row[2],
+                row[3],
+                row[4],
+                load_json(row[5]),
+                load_json(row[6]),
+            )
+            for row in rows
+        ]
+
+
+def _settings(folder: Folder) -> tuple[Any, ...]:
+    """The setting columns, in the order both statements write them."""
+    return (
+        folder.persona,
+        folder.provider,
+        folder.model,
+        folder.engagement_ttl_s,
+        _enum(folder.busy_policy),
+        _enum(folder.session),
+        _enum(folder.role),
+        None if folder.tools is None else dump_json(list(folder.tools)),
+        None if folder.mirror is None else dump_json(list(folder.mirror)),
+        folder.budget_per_day,
+        folder.file_stamp,
+    )
 
 
 def _enum(value: Enum | None) -> Any:
@@ -182,4 +224,7 @@ def _folder(row: Any) -> Folder:
         inherits=bool(row[10]),
         created_at=from_iso(row[11]),
         created_by=row[12],
+        budget_per_day=row[13],
+        updated_at=from_iso(row[14]) if row[14] else None,
+        file_stamp=row[15],
     )

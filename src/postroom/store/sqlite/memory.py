@@ -155,16 +155,30 @@ class MemoryStatements(Statements):
         )
 
     async def usage_summary(self, *, since: datetime | None = None) -> list[UsageRow]:
+        # A run that used tokens but has no cost was of a model without a price: the group's
+        # cost is then unknown (NULL), never a made-up zero.
         rows = await self._all(
             "SELECT substr(started_at, 1, 10) AS day, folder, provider, model, COUNT(*), "
             "COALESCE(SUM(json_extract(usage, '$.input_tokens')), 0), "
-            "COALESCE(SUM(json_extract(usage, '$.output_tokens')), 0), COALESCE(SUM(cost), 0) "
+            "COALESCE(SUM(json_extract(usage, '$.output_tokens')), 0), "
+            "CASE WHEN SUM(cost IS NULL AND (COALESCE(json_extract(usage, '$.input_tokens'), 0) "
+            "+ COALESCE(json_extract(usage, '$.output_tokens'), 0)) > 0) > 0 THEN NULL "
+            "ELSE COALESCE(SUM(cost), 0) END "
             "FROM runs WHERE started_at >= ? GROUP BY day, folder, provider, model "
             "ORDER BY day, folder, provider, model",
             (to_iso(since) if since else "",),
         )
         return [
-            UsageRow(r[0], r[1], r[2], r[3], int(r[4]), int(r[5]), int(r[6]), float(r[7]))
+            UsageRow(
+                r[0],
+                r[1],
+                r[2],
+                r[3],
+                int(r[4]),
+                int(r[5]),
+                int(r[6]),
+                None if r[7] is None else float(r[7]),
+            )
             for r in rows
         ]
 

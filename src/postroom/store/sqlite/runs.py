@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from postroom.store.records import RunRecord, TaskRecord
+from postroom.store.records import RunRecord, RunSummary, TaskRecord
 from postroom.store.sqlite.base import Statements
 from postroom.store.sqlite.codec import dump_json, from_iso, load_json, to_iso
 
@@ -80,6 +81,44 @@ class RunStatements(Statements):
             finished_at=from_iso(row[18]) if row[18] else None,
             purpose=row[19],
         )
+
+    async def list_runs(self, *, folder: str | None, limit: int) -> list[RunSummary]:
+        where, params = ("WHERE folder = ? ", [folder]) if folder is not None else ("", [])
+        rows = await self._all(
+            "SELECT id, job_id, folder, provider, model, usage, cost, duration_ms, outcome, "
+            f"error, started_at, purpose FROM runs {where}ORDER BY id DESC LIMIT ?",
+            (*params, limit),
+        )
+        return [
+            RunSummary(
+                id=row[0],
+                job_id=row[1],
+                folder=row[2],
+                provider=row[3],
+                model=row[4],
+                usage=load_json(row[5]),
+                cost=row[6],
+                duration_ms=row[7],
+                outcome=row[8],
+                error=row[9],
+                started_at=from_iso(row[10]),
+                purpose=row[11],
+            )
+            for row in rows
+        ]
+
+    async def run_ids_for_jobs(self, job_ids: Iterable[int]) -> dict[int, list[int]]:
+        ids = sorted(set(job_ids))
+        if not ids:
+            return {}
+        marks = ", ".join("?" * len(ids))
+        rows = await self._all(
+            f"SELECT job_id, id FROM runs WHERE job_id IN ({marks}) ORDER BY id", ids
+        )
+        out: dict[int, list[int]] = {}
+        for job_id, run_id in rows:
+            out.setdefault(job_id, []).append(run_id)
+        return out
 
     async def insert_task(self, task: TaskRecord) -> int:
         row = await self._one(
