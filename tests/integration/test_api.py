@@ -1071,6 +1071,8 @@ BAD_FOLDERS: list[Any] = [
     {"path": "a//b"},
     {"path": "atlas", "session": "sometimes"},
     {"path": "atlas", "engagement_ttl": "soon"},
+    {"path": "atlas", "engagement_ttl": "99999999h"},
+    {"path": "atlas", "engagement_ttl": "31d"},
     {"path": "atlas", "colour": "red"},
     {"persona": "no path"},
     {"path": 5},
@@ -1085,6 +1087,14 @@ async def test_a_bad_folder_is_400(api: Api) -> None:
         assert await api.folders() == before
 
     await each(BAD_FOLDERS, refused)
+
+
+async def test_a_ttl_over_thirty_days_is_400_naming_key_and_range(api: Api) -> None:
+    answer = await api.client.post(
+        "/api/v1/folders", json={"path": "atlas", "engagement_ttl": "99999999h"}
+    )
+    sentence = assert_error(answer, 400)
+    assert "engagement_ttl" in sentence and "from 0 to 30d" in sentence
 
 
 async def test_deleting_a_folder_a_route_targets_is_409_naming_the_route(api: Api) -> None:

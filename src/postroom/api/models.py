@@ -8,6 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from postroom.core.bounds import MAX_COUNT
+
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -17,7 +19,7 @@ class AttachmentIn(_Body):
     kind: str = Field(max_length=32)
     mime: str = Field("", max_length=255)
     name: str = Field("", max_length=255)
-    size: int = Field(0, ge=0)
+    size: int = Field(0, ge=0, le=MAX_COUNT)
     url: str = Field("", max_length=4096)
     data: str = ""
 

@@ -102,7 +102,7 @@ def _ttl(value: str | None) -> int | None:
     try:
         return int(parse_duration(value))
     except ValueError as exc:
-        raise InvalidInput(f"engagement_ttl: {exc}.") from exc
+        raise InvalidInput(f"engagement_ttl {exc}.") from exc
 
 
 def folder_to_dict(folder: Folder) -> dict[str, Any]:
