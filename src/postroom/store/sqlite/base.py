@@ -96,13 +96,17 @@ class InlineConnection:
         self._conn = conn
 
     @classmethod
-    def open(cls, path: Path, *, busy_timeout_ms: int = 0) -> InlineConnection:
+    def open(
+        cls, path: Path, *, busy_timeout_ms: int = 0, journal_size_limit: int = -1
+    ) -> InlineConnection:
         conn = sqlite3.connect(path, isolation_level=None)
         for pragma in _pragmas(busy_timeout_ms):
             conn.execute(pragma)
         # Checkpoints copy the WAL into the database file and sync it: milliseconds that must
-        # not be spent on the event loop. The store runs them on the reader's thread instead.
+        # not be spent on the event loop. The store runs them on its maintenance thread.
         conn.execute("PRAGMA wal_autocheckpoint = 0")
+        # When this connection starts the log over, it cuts a longer file down to this size.
+        conn.execute(f"PRAGMA journal_size_limit = {int(journal_size_limit)}")
         return cls(conn)
 
     @property
