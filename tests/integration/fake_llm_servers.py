@@ -16,7 +16,7 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from postroom.core.messages import MessageType, StoredMessage
@@ -58,6 +58,9 @@ class Reply:
     headers: Mapping[str, str] = field(default_factory=dict)
     #: Hold the answer back this long (for timeouts).
     delay_s: float = 0.0
+    #: Send the body a frame at a time (frames end with a blank line), this long apart: a
+    #: stream that trickles (for deadlines).
+    trickle_s: float = 0.0
 
 
 def json_reply(
@@ -121,12 +124,26 @@ class FakeServer:
         reply = self.replies.pop(0)
         if reply.delay_s:
             await asyncio.sleep(reply.delay_s)
+        if reply.trickle_s:
+            return StreamingResponse(
+                _trickle(reply.body, reply.trickle_s),
+                status_code=reply.status,
+                media_type=reply.media_type,
+                headers=dict(reply.headers),
+            )
         return Response(
             reply.body,
             status_code=reply.status,
             media_type=reply.media_type,
             headers=dict(reply.headers),
         )
+
+
+async def _trickle(body: bytes, pause_s: float) -> AsyncIterator[bytes]:
+    for frame in body.replace(b"\r\n", b"\n").split(b"\n\n"):
+        if frame.strip():
+            yield frame + b"\n\n"
+            await asyncio.sleep(pause_s)
 
 
 @contextlib.asynccontextmanager

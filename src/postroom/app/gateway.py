@@ -214,12 +214,15 @@ class Gateway:
             }
         )
         runner = ProviderRunner(
-            providers, max_model_calls=config.llm.max_model_calls, models=models
+            providers,
+            max_model_calls=config.llm.max_model_calls,
+            models=models,
+            call_timeout_s=config.llm.call_timeout_s,
         )
         memory = MemoryService(store=store)
 
         async def complete(request: ModelRequest, settings: FolderSettings) -> ModelResponse:
-            return await runner.provider_for(settings).complete(request)
+            return await runner.complete(request, settings)
 
         compactor = Compactor(
             store=store,
@@ -273,6 +276,8 @@ class Gateway:
                 folders=services.folders,
                 max_depth=config.delegation.max_depth,
             ),
+            run_timeout_s=config.llm.run_timeout_s,
+            max_rest_s=config.llm.max_rest_s,
         )
         delivery = DeliveryLoop(
             store=store,

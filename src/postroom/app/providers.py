@@ -91,7 +91,7 @@ def build_providers(config: Config, *, clock: Callable[[], datetime]) -> dict[st
             for index, key in enumerate(section.api_keys):
                 label = account_label(name, index, key)
                 accounts.append((label, factory(api_key=key, account=label, **kwargs)))
-        providers[name] = AccountPool(name, accounts, clock=clock)
+        providers[name] = AccountPool(name, accounts, clock=clock, max_rest_s=config.llm.max_rest_s)
     return providers
 
 

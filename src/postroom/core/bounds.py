@@ -17,7 +17,15 @@ import math
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-__all__ = ["MAX_COUNT", "MAX_DURATION_S", "MAX_TIME", "backoff_s", "check_count", "later"]
+__all__ = [
+    "MAX_COUNT",
+    "MAX_DURATION_S",
+    "MAX_TIME",
+    "backoff_s",
+    "capped_s",
+    "check_count",
+    "later",
+]
 
 #: The longest duration any setting may hold: 30 days.
 MAX_DURATION_S = 30 * 86_400
@@ -55,3 +63,11 @@ def backoff_s(base_s: float, failures: int, *, maximum_s: float = MAX_DURATION_S
     """``base_s × 2^failures``, at most *maximum_s*: exponential back-off that stays a small
     float however many failures were counted (``2 ** n`` alone overflows a float past 1,023)."""
     return min(base_s * 2.0 ** min(max(failures, 0), 64), maximum_s)
+
+
+def capped_s(seconds: float, maximum_s: float) -> float:
+    """A wait someone else asked for (a ``retry-after``), within ``[0, maximum_s]``; NaN — a
+    wait that could not be read — counts as the maximum."""
+    if math.isnan(seconds):
+        return maximum_s
+    return min(max(seconds, 0.0), maximum_s)

@@ -6,8 +6,13 @@ frozen at enqueue time. The turn's commit point is one transaction that stores t
 the ``assistant`` message, its traces and outbox rows, and marks the turn done — so a turn whose
 answer was stored is never run again, and a crash at any other moment only repeats work not yet
 committed. A run that fails is retried after ``backoff_base × 2^n``; after the last attempt the
-chat gets a host notice. Workers sleep until an enqueue wakes them (a slow timer is the
-backstop for turns another process queued and for retries coming due).
+chat gets a host notice saying, in one sentence, what went wrong (the details — the API's own
+message, an exception — are in the run record). A rate limit is not a failure: when every
+account of the provider rests, the turn is queued again for when the first one is free (at
+most ``max_rest_s``) without using an attempt. A run — context, every model call and tool —
+ends within ``run_timeout_s``; hitting it is a failed run. Workers sleep until an enqueue
+wakes them (a slow timer is the backstop for turns another process queued and for retries
+coming due).
 """
 
 from __future__ import annotations
@@ -19,10 +24,12 @@ import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import structlog
 
+from postroom.core.bounds import backoff_s, capped_s, later
+from postroom.core.durations import format_duration
 from postroom.core.folders import FolderDefaults, FolderSettings
 from postroom.engine.answer import AnswerWriter
 from postroom.engine.catalog import Catalog
@@ -35,7 +42,7 @@ from postroom.engine.runner import AgentResult, AgentRunner
 from postroom.engine.signals import Signals
 from postroom.engine.tools import ToolFactory, TurnToolbox
 from postroom.engine.turns import QueueSettings
-from postroom.llm.base import ModelRequest, ProviderError
+from postroom.llm.base import ModelRequest, ProviderError, RateLimited
 from postroom.store.protocol import Store
 from postroom.store.records import JobKind, JobRecord, JobStatus, RunRecord
 
@@ -44,6 +51,8 @@ __all__ = ["ContextSettings", "WorkerPool"]
 log = structlog.get_logger(__name__)
 
 TYPING_REFRESH_S = 4.0
+#: What the chat is told when a run failed for a reason that is not the provider's.
+INTERNAL_ERROR = "an internal error stopped the turn (the details are in the server log)"
 
 
 class _LeaseLost(Exception):
@@ -84,6 +93,8 @@ class WorkerPool:
         metrics: Metrics | None = None,
         answers: AnswerWriter | None = None,
         tools: ToolFactory | None = None,
+        run_timeout_s: float = 600.0,
+        max_rest_s: float = 3600.0,
     ) -> None:
         self._store = store
         self._catalog = catalog
@@ -107,6 +118,8 @@ class WorkerPool:
             max_attempts=queue.max_attempts,
         )
         self._tools = tools
+        self._run_timeout_s = run_timeout_s
+        self._max_rest_s = max_rest_s
         self._running: dict[int, _Running] = {}
         #: Turn tasks not yet ended (``_running`` may hold a requeued job's newer entry).
         self._busy = 0
@@ -201,7 +214,7 @@ class WorkerPool:
         if self._stopping:
             return [], None
         now = self._clock()
-        lease_until = now + timedelta(seconds=self._queue.lease_s)
+        lease_until = later(now, self._queue.lease_s)
         jobs: list[JobRecord] = []
         async with self._store.write() as tx:
             while len(jobs) < want:
@@ -258,11 +271,13 @@ class WorkerPool:
         def elapsed_ms() -> int:
             return int((time.monotonic() - begun) * 1000)
 
+        deadline = asyncio.timeout(self._run_timeout_s)
         try:
-            prepared = await self._context.build(job, settings)
-            request = prepared.request
-            toolbox = self._toolbox(job, settings, chats)
-            result = await self._runner.run(request, settings=settings, toolbox=toolbox)
+            async with deadline:
+                prepared = await self._context.build(job, settings)
+                request = prepared.request
+                toolbox = self._toolbox(job, settings, chats)
+                result = await self._runner.run(request, settings=settings, toolbox=toolbox)
             await self._succeed(
                 job, token, settings, result, toolbox, prepared.answer_chat, chats, elapsed_ms()
             )
@@ -273,12 +288,18 @@ class WorkerPool:
             log.info("turn.cancelled", job_id=job.id, reason=reason)
         except _LeaseLost:
             log.warning("turn.lease_lost", job_id=job.id)
+        except RateLimited as exc:
+            await self._rest(job, token, settings, request, exc, elapsed_ms())
         except ProviderError as exc:
-            await self._failed(job, token, settings, request, str(exc), exc.retryable, elapsed_ms())
+            failure = _Failure(exc.public, str(exc), exc.retryable)
+            await self._failed(job, token, settings, request, failure, elapsed_ms())
         except Exception as exc:  # a bug in a provider or in context building: retry, loudly
-            log.exception("turn.crashed", job_id=job.id)
-            error = f"{type(exc).__name__}: {exc}"
-            await self._failed(job, token, settings, request, error, True, elapsed_ms())
+            if isinstance(exc, TimeoutError) and deadline.expired():
+                failure = self._run_timed_out()
+            else:
+                log.exception("turn.crashed", job_id=job.id)
+                failure = _Failure(INTERNAL_ERROR, f"{type(exc).__name__}: {exc}", True)
+            await self._failed(job, token, settings, request, failure, elapsed_ms())
         finally:
             for helper in helpers:
                 helper.cancel()
@@ -355,19 +376,29 @@ class WorkerPool:
             self._signals.deliveries.wake()
             self._signals.stored.wake()
 
+    def _run_timed_out(self) -> _Failure:
+        limit = format_duration(self._run_timeout_s)
+        return _Failure(
+            f"the turn took longer than {limit}",
+            f"the run was stopped after {limit} (llm.run_timeout)",
+            True,
+        )
+
     async def _failed(
         self,
         job: JobRecord,
         token: str,
         settings: FolderSettings,
         request: ModelRequest | None,
-        error: str,
-        retryable: bool,
+        failure: _Failure,
         duration_ms: int,
     ) -> None:
+        """A failed run: retried after the back-off, or — after the last attempt — failed with
+        a notice of one sentence in the chat. The details go to the run record, the job's
+        ``last_error`` (for operators) and the log, never to the chat."""
         now = self._clock()
         attempts = job.attempts + 1
-        final = attempts >= job.max_attempts or not retryable
+        final = attempts >= job.max_attempts or not failure.retryable
         async with self._store.write() as tx:
             if request is not None:
                 await tx.insert_run(
@@ -377,7 +408,7 @@ class WorkerPool:
                         request,
                         self._clock,
                         outcome="error",
-                        error=error,
+                        error=failure.detail,
                         duration_ms=duration_ms,
                     )
                 )
@@ -387,7 +418,7 @@ class WorkerPool:
                     token,
                     status=JobStatus.FAILED,
                     now=now,
-                    error=error,
+                    error=failure.detail,
                     attempts=attempts,
                 ):
                     return
@@ -395,28 +426,70 @@ class WorkerPool:
                     await post_notice(
                         tx,
                         chat_jid,
-                        f"⚠️ could not answer (job {job.id}): {error}",
+                        f"⚠️ could not answer (job {job.id}): {failure.public}",
                         clock=self._clock,
                         topic=job.topic,
                         metadata={"source": "turn_failed", "job_id": job.id},
                     )
                 if job.task_id is not None:
-                    await tx.update_task(job.task_id, last_status=f"failed: {error}")
+                    await tx.update_task(job.task_id, last_status=f"failed: {failure.public}")
             else:
-                delay_s = self._queue.backoff_base_s * 2**attempts
+                delay_s = backoff_s(self._queue.backoff_base_s, attempts)
                 if not await tx.retry_job_later(
                     job.id,
                     token,
                     attempts=attempts,
-                    run_at=now + timedelta(seconds=delay_s),
-                    error=error,
+                    run_at=later(now, delay_s),
+                    error=failure.detail,
                 ):
                     return
         self._metrics.turn("error", None)
-        log.warning("turn.failed", job_id=job.id, attempts=attempts, final=final, error=error)
+        log.warning(
+            "turn.failed", job_id=job.id, attempts=attempts, final=final, error=failure.detail
+        )
         if final:
             self._signals.deliveries.wake()
             self._signals.stored.wake()
+
+    async def _rest(
+        self,
+        job: JobRecord,
+        token: str,
+        settings: FolderSettings,
+        request: ModelRequest | None,
+        limited: RateLimited,
+        duration_ms: int,
+    ) -> None:
+        """Every account of the provider rests: queue the turn again for when the first one is
+        free (at most ``max_rest_s``), without using an attempt — a rate limit is not a
+        failure (PIPELINE §4)."""
+        asked = limited.retry_after
+        if asked is None:  # a provider outside an account pool, that did not say
+            asked = self._queue.backoff_base_s
+        wait_s = capped_s(asked, self._max_rest_s)
+        async with self._store.write() as tx:
+            if request is not None:
+                await tx.insert_run(
+                    _run_record(
+                        job,
+                        settings,
+                        request,
+                        self._clock,
+                        outcome="rate_limited",
+                        error=str(limited),
+                        duration_ms=duration_ms,
+                    )
+                )
+            if not await tx.retry_job_later(
+                job.id,
+                token,
+                attempts=job.attempts,
+                run_at=later(self._clock(), wait_s),
+                error=str(limited),
+            ):
+                return
+        self._metrics.turn("rate_limited", None)
+        log.info("turn.rate_limited", job_id=job.id, wait_s=wait_s, error=str(limited))
 
     async def _record(
         self,
@@ -446,9 +519,7 @@ class WorkerPool:
             await asyncio.sleep(self._queue.lease_renew_s)
             now = self._clock()
             async with self._store.write() as tx:
-                kept = await tx.renew_lease(
-                    job_id, token, now + timedelta(seconds=self._queue.lease_s)
-                )
+                kept = await tx.renew_lease(job_id, token, later(now, self._queue.lease_s))
             if not kept:
                 entry.cancel("lease lost")
                 return
@@ -459,6 +530,15 @@ class WorkerPool:
             for chat_jid in chats:
                 self._signals.typing(chat_jid, folder, True)
             await asyncio.sleep(TYPING_REFRESH_S)
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    """Why a run failed: ``public``, one sentence for the chat; ``detail``, for the record."""
+
+    public: str
+    detail: str
+    retryable: bool
 
 
 def _reply_chats(job: JobRecord) -> list[str]:
