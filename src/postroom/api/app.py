@@ -17,6 +17,7 @@ from postroom import __version__
 from postroom.api.errors import describe_validation, error_response, error_status
 from postroom.api.ingest_lane import IngestLane
 from postroom.api.middleware import BearerAuth, BodyLimit
+from postroom.api.openapi import corrected_openapi
 from postroom.api.routes import ApiContext, build_router, ingest_body
 from postroom.core.errors import PostroomError
 
@@ -67,6 +68,8 @@ def create_api(
         return PlainTextResponse(body.decode(), media_type=content_type)
 
     app.include_router(build_router(ctx))
+    # The statuses the server really answers (400, not FastAPI's 422), built on first request.
+    app.openapi = corrected_openapi(app)  # type: ignore[method-assign]
     # Middlewares run in the reverse order of adding: auth, then the body limit, then the
     # ingest lane — an unauthenticated body is never buffered, an oversized one never parsed.
     app.add_middleware(IngestLane, ingest=functools.partial(ingest_body, ctx.services))

@@ -11,12 +11,13 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response, StreamingResponse
 
-from postroom.api.models import FolderIn, MessageIn, TaskIn
+from postroom.api.models import MAX_INT64, FolderIn, MessageIn, RouteIn, RouteRow, TaskIn
+from postroom.api.openapi import refusals
 from postroom.core.errors import InvalidInput
 from postroom.core.messages import Attachment, InboundMessage, Verb
 from postroom.engine.folders import FolderSpec, folder_to_dict
@@ -32,6 +33,10 @@ __all__ = ["ApiContext", "build_router", "inbound_from_body", "ingest_body"]
 ACTOR = "api"
 _VERBS = {v.value for v in Verb}
 SSE_KEEPALIVE_S = 15.0
+#: A row id in a path; beyond 64 bits it is refused before anything runs.
+RowId = Annotated[int, Path(ge=0, le=MAX_INT64)]
+#: A message sequence number in a query.
+Seq = Query(None, ge=0, le=MAX_INT64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +94,7 @@ def build_router(ctx: ApiContext) -> APIRouter:
     async def get_messages(
         chat_jid: str | None = None,
         folder: str | None = None,
-        after_seq: int | None = Query(None, ge=0),
+        after_seq: int | None = Seq,
         limit: int = Query(100, ge=1, le=1000),
     ) -> dict[str, Any]:
         found = await services.history.messages(
@@ -98,12 +103,12 @@ def build_router(ctx: ApiContext) -> APIRouter:
         return {"messages": [message_to_dict(m) for m in found]}
 
     @api.get("/events", summary="Server-Sent Events: stored messages and deliveries, live")
-    async def events(
-        request: Request, after_seq: int | None = Query(None, ge=0)
-    ) -> StreamingResponse:
+    async def events(request: Request, after_seq: int | None = Seq) -> StreamingResponse:
         last_id = request.headers.get("last-event-id", "")
         if after_seq is None and last_id.isdigit():
             after_seq = int(last_id)
+            if after_seq > MAX_INT64:  # refused before the stream starts, not inside it
+                raise InvalidInput("Last-Event-ID is not a message sequence number.")
         return StreamingResponse(
             _event_stream(services, request, after_seq),
             media_type="text/event-stream",
@@ -116,20 +121,18 @@ def build_router(ctx: ApiContext) -> APIRouter:
         return {"routes": [v.to_dict() for v in await services.routes.list_routes()]}
 
     @api.post("/routes", status_code=201)
-    async def add_route(body: dict[str, Any] = Body(...)) -> dict[str, Any]:  # noqa: B008
-        _only(body, {"seq", "match", "target"}, required={"seq", "target"})
-        route_id = await services.routes.add_route(
-            body["seq"], body.get("match", ""), body["target"], actor=ACTOR
-        )
+    async def add_route(body: RouteIn) -> dict[str, Any]:
+        route_id = await services.routes.add_route(body.seq, body.match, body.target, actor=ACTOR)
         return {"id": route_id}
 
     @api.put("/routes")
-    async def set_routes(body: Any = Body(...)) -> dict[str, Any]:  # noqa: B008
-        views = await services.routes.set_routes(body, actor=ACTOR)
+    async def set_routes(body: list[RouteRow]) -> dict[str, Any]:
+        rows = [row.model_dump(exclude_none=True) for row in body]
+        views = await services.routes.set_routes(rows, actor=ACTOR)
         return {"routes": [v.to_dict() for v in views]}
 
     @api.delete("/routes/{route_id}", status_code=204)
-    async def delete_route(route_id: int) -> Response:
+    async def delete_route(route_id: RowId) -> Response:
         await services.routes.delete_route(route_id, actor=ACTOR)
         return Response(status_code=204)
 
@@ -145,13 +148,13 @@ def build_router(ctx: ApiContext) -> APIRouter:
     async def list_folders() -> dict[str, Any]:
         return {"folders": [folder_to_dict(f) for f in await services.folders.list_folders()]}
 
-    @api.post("/folders", status_code=201)
+    @api.post("/folders", status_code=201, responses=refusals(409))
     async def add_folder(body: FolderIn) -> dict[str, Any]:
         spec = FolderSpec.from_mapping(body.settings())
         folder = await services.folders.add_folder(body.path, spec, actor=ACTOR)
         return folder_to_dict(folder)
 
-    @api.delete("/folders/{path:path}", status_code=204)
+    @api.delete("/folders/{path:path}", status_code=204, responses=refusals(409))
     async def delete_folder(path: str) -> Response:
         await services.folders.remove_folder(path, actor=ACTOR)
         return Response(status_code=204)
@@ -174,15 +177,15 @@ def build_router(ctx: ApiContext) -> APIRouter:
         return task_to_dict(task)
 
     @api.post("/tasks/{task_id}/pause")
-    async def pause_task(task_id: int) -> dict[str, Any]:
+    async def pause_task(task_id: RowId) -> dict[str, Any]:
         return task_to_dict(await ctx.tasks.pause(task_id))
 
     @api.post("/tasks/{task_id}/resume")
-    async def resume_task(task_id: int) -> dict[str, Any]:
+    async def resume_task(task_id: RowId) -> dict[str, Any]:
         return task_to_dict(await ctx.tasks.resume(task_id))
 
     @api.delete("/tasks/{task_id}", status_code=204)
-    async def delete_task(task_id: int) -> Response:
+    async def delete_task(task_id: RowId) -> Response:
         await ctx.tasks.remove(task_id)
         return Response(status_code=204)
 
@@ -194,16 +197,16 @@ def build_router(ctx: ApiContext) -> APIRouter:
         jobs = await services.turns.list_jobs(status=status, limit=limit)
         return {"jobs": [job_to_dict(j) for j in jobs]}
 
-    @api.post("/jobs/{job_id}/retry")
-    async def retry_job(job_id: int) -> dict[str, Any]:
+    @api.post("/jobs/{job_id}/retry", responses=refusals(409))
+    async def retry_job(job_id: RowId) -> dict[str, Any]:
         return job_to_dict(await services.turns.retry(job_id))
 
-    @api.post("/jobs/{job_id}/cancel")
-    async def cancel_job(job_id: int) -> dict[str, Any]:
+    @api.post("/jobs/{job_id}/cancel", responses=refusals(409))
+    async def cancel_job(job_id: RowId) -> dict[str, Any]:
         return job_to_dict(await services.turns.cancel(job_id))
 
     @api.get("/runs/{run_id}")
-    async def get_run(run_id: int) -> dict[str, Any]:
+    async def get_run(run_id: RowId) -> dict[str, Any]:
         return run_to_dict(await services.history.run(run_id))
 
     @api.get("/providers", summary="Configured providers and their accounts' cooldowns")
@@ -220,17 +223,6 @@ def build_router(ctx: ApiContext) -> APIRouter:
         return {"drops": [drop_to_dict(d) for d in drops]}
 
     return api
-
-
-def _only(body: dict[str, Any], allowed: set[str], *, required: set[str]) -> None:
-    unknown = set(body) - allowed
-    if unknown:
-        raise InvalidInput(
-            f"Unknown field(s) {', '.join(sorted(unknown))}; expected {', '.join(sorted(allowed))}."
-        )
-    missing = required - set(body)
-    if missing:
-        raise InvalidInput(f"Missing field(s) {', '.join(sorted(missing))}.")
 
 
 async def _event_stream(
