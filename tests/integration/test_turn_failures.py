@@ -257,33 +257,32 @@ async def test_no_retry_after_rests_an_account_past_max_rest(data: Path, retry_a
 # --------------------------------------------------------------------------- deadlines
 
 
-async def test_a_trickling_stream_is_cut_at_the_call_timeout(data: Path) -> None:
-    """A delta every 0.3 s for a minute: the call ends after 0.5 s as a failed run."""
-    settings = anthropic(call_timeout="0.5s", extra="stream = true\n")
-    async with served(data, settings) as server:
+@pytest.mark.parametrize(
+    ("deadlines", "sentence", "key"),
+    [
+        # A delta every 0.3 s for a minute: the call ends after 0.5 s.
+        ({"call_timeout": "0.5s"}, "anthropic did not answer within 0.5s", "llm.call_timeout"),
+        # Each call is within its own deadline, but the run as a whole is not.
+        (
+            {"call_timeout": "1m", "run_timeout": "0.5s"},
+            "the turn took longer than 0.5s",
+            "llm.run_timeout",
+        ),
+    ],
+    ids=["call", "run"],
+)
+async def test_a_trickling_stream_is_cut_at_the_deadline(
+    data: Path, deadlines: dict[str, str], sentence: str, key: str
+) -> None:
+    async with served(data, anthropic(extra="stream = true\n", **deadlines)) as server:
         server.fake.script(anthropic_trickle(0.3))
         job_id = await server.send("tell me a long story", id="m1")
         done = await server.finished(job_id, timeout_s=15)
         assert done.status is JobStatus.FAILED
-        assert await server.notices() == [
-            f"⚠️ could not answer (job {job_id}): anthropic did not answer within 0.5s"
-        ]
+        assert await server.notices() == [f"⚠️ could not answer (job {job_id}): {sentence}"]
+        assert key in (done.last_error or "")
         (run,) = await server.runs(job_id)
-        assert run.outcome == "error" and "llm.call_timeout" in run.error
-
-
-async def test_a_run_is_cut_at_the_run_timeout(data: Path) -> None:
-    """Each call is within its own deadline, but the run as a whole is not."""
-    settings = anthropic(call_timeout="1m", run_timeout="0.5s", extra="stream = true\n")
-    async with served(data, settings) as server:
-        server.fake.script(anthropic_trickle(0.3))
-        job_id = await server.send("tell me a long story", id="m1")
-        done = await server.finished(job_id, timeout_s=15)
-        assert done.status is JobStatus.FAILED
-        assert await server.notices() == [
-            f"⚠️ could not answer (job {job_id}): the turn took longer than 0.5s"
-        ]
-        assert "llm.run_timeout" in (done.last_error or "")
+        assert run.outcome == "error" and key in (run.error or "")
 
 
 async def test_a_failed_deadline_is_retried_as_usual(data: Path) -> None:

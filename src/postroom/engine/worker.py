@@ -43,7 +43,7 @@ from postroom.engine.signals import Signals
 from postroom.engine.tools import ToolFactory, TurnToolbox
 from postroom.engine.turns import QueueSettings
 from postroom.llm.base import ModelRequest, ProviderError, RateLimited
-from postroom.store.protocol import Store
+from postroom.store.protocol import Store, StoreTx
 from postroom.store.records import JobKind, JobRecord, JobStatus, RunRecord
 
 __all__ = ["ContextSettings", "WorkerPool"]
@@ -400,18 +400,9 @@ class WorkerPool:
         attempts = job.attempts + 1
         final = attempts >= job.max_attempts or not failure.retryable
         async with self._store.write() as tx:
-            if request is not None:
-                await tx.insert_run(
-                    _run_record(
-                        job,
-                        settings,
-                        request,
-                        self._clock,
-                        outcome="error",
-                        error=failure.detail,
-                        duration_ms=duration_ms,
-                    )
-                )
+            await self._insert_run(
+                tx, job, settings, request, "error", failure.detail, duration_ms=duration_ms
+            )
             if final:
                 if not await tx.finish_job(
                     job.id,
@@ -468,18 +459,9 @@ class WorkerPool:
             asked = self._queue.backoff_base_s
         wait_s = capped_s(asked, self._max_rest_s)
         async with self._store.write() as tx:
-            if request is not None:
-                await tx.insert_run(
-                    _run_record(
-                        job,
-                        settings,
-                        request,
-                        self._clock,
-                        outcome="rate_limited",
-                        error=str(limited),
-                        duration_ms=duration_ms,
-                    )
-                )
+            await self._insert_run(
+                tx, job, settings, request, "rate_limited", str(limited), duration_ms=duration_ms
+            )
             if not await tx.retry_job_later(
                 job.id,
                 token,
@@ -502,16 +484,44 @@ class WorkerPool:
     ) -> None:
         with contextlib.suppress(Exception):  # a record of a cancelled run is best-effort
             async with self._store.write() as tx:
-                await tx.insert_run(
-                    _run_record(
-                        job,
-                        settings,
-                        request,
-                        self._clock,
-                        outcome=outcome,
-                        duration_ms=duration_ms,
-                    )
+                await self._insert_run(
+                    tx, job, settings, request, outcome, None, duration_ms=duration_ms
                 )
+
+    async def _insert_run(
+        self,
+        tx: StoreTx,
+        job: JobRecord,
+        settings: FolderSettings,
+        request: ModelRequest | None,
+        outcome: str,
+        error: str | None,
+        *,
+        duration_ms: int,
+    ) -> None:
+        """The record of a run that produced no answer (failed, rate-limited, cancelled); none
+        when it ended before its request was built."""
+        if request is None:
+            return
+        record = request.to_record()
+        now = self._clock()
+        await tx.insert_run(
+            RunRecord(
+                job_id=job.id,
+                folder=job.folder,
+                conversation_id=job.conversation_id,
+                provider=settings.provider,
+                model=settings.model,
+                system=record["system"],
+                messages=record["messages"],
+                tools=record["tools"],
+                duration_ms=duration_ms,
+                outcome=outcome,
+                error=error,
+                started_at=job.started_at or now,
+                finished_at=now,
+            )
+        )
 
     # -- helpers while a turn runs -------------------------------------------------------------
     async def _keep_lease(self, job_id: int, token: str, entry: _Running) -> None:
@@ -545,32 +555,3 @@ def _reply_chats(job: JobRecord) -> list[str]:
     """The chats whose messages the turn answers (the task's chat for a scheduled turn)."""
     chats = list(dict.fromkeys(chat for _, chat in job.messages))
     return chats or [job.chat_jid]
-
-
-def _run_record(
-    job: JobRecord,
-    settings: FolderSettings,
-    request: ModelRequest,
-    clock: Clock,
-    *,
-    outcome: str,
-    error: str | None = None,
-    duration_ms: int | None = None,
-) -> RunRecord:
-    """The record of a run that produced no answer (it failed or was cancelled)."""
-    record = request.to_record()
-    return RunRecord(
-        job_id=job.id,
-        folder=job.folder,
-        conversation_id=job.conversation_id,
-        provider=settings.provider,
-        model=settings.model,
-        system=record["system"],
-        messages=record["messages"],
-        tools=record["tools"],
-        duration_ms=duration_ms,
-        outcome=outcome,
-        error=error,
-        started_at=job.started_at or clock(),
-        finished_at=clock(),
-    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -96,9 +97,7 @@ class RunStatements(Statements):
         hashes = [sha256(body) for body in bodies]
         known: dict[bytes, int] = {}
         distinct = list(dict.fromkeys(h for h in hashes if h is not None))
-        for start in range(0, len(distinct), _LOOKUP_BATCH):
-            batch = distinct[start : start + _LOOKUP_BATCH]
-            marks = ", ".join("?" * len(batch))
+        for batch, marks in _batches(distinct):
             for part_id, digest in await self._all(
                 f"SELECT id, sha256 FROM run_parts WHERE sha256 IN ({marks})", batch
             ):
@@ -116,11 +115,8 @@ class RunStatements(Statements):
         return ids
 
     async def _part_bodies(self, ids: list[int]) -> dict[int, str]:
-        wanted = list(dict.fromkeys(ids))
         bodies: dict[int, str] = {}
-        for start in range(0, len(wanted), _LOOKUP_BATCH):
-            batch = wanted[start : start + _LOOKUP_BATCH]
-            marks = ", ".join("?" * len(batch))
+        for batch, marks in _batches(list(dict.fromkeys(ids))):
             for part_id, body in await self._all(
                 f"SELECT id, body FROM run_parts WHERE id IN ({marks})", batch
             ):
@@ -185,6 +181,13 @@ class RunStatements(Statements):
             (task_id,),
         )
         return row is not None
+
+
+def _batches(values: Sequence[Any]) -> Iterator[tuple[Sequence[Any], str]]:
+    """*values* in slices small enough for one ``IN (...)``, each with its placeholders."""
+    for start in range(0, len(values), _LOOKUP_BATCH):
+        batch = values[start : start + _LOOKUP_BATCH]
+        yield batch, ", ".join("?" * len(batch))
 
 
 def _iso(value: datetime | None) -> str | None:
