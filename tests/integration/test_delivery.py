@@ -943,6 +943,20 @@ async def test_webhook_retries_honour_retry_after_and_backoff(
     assert (await the_delivery(services, broken.message_id, chat)).status == "sent"
     assert len(state.requests) == 5
 
+    # A Retry-After that cannot be read means the backoff; an absurd one waits out the TTL at
+    # most (1e15 s used to overflow the date arithmetic and fail the round).
+    odd = await put_answer(services, clock, "odd wait", ["acme:room/3"])
+    state.answers += [(429, {"Retry-After": "soon"}), (429, {"Retry-After": "1e15"})]
+    failed_at = clock()
+    assert await loop.deliver_due()
+    row = await the_delivery(services, odd.message_id, "acme:room/3")
+    assert row.next_try == failed_at + timedelta(seconds=2)
+    clock.advance(seconds=2)
+    assert await loop.deliver_due()
+    row = await the_delivery(services, odd.message_id, "acme:room/3")
+    assert (row.status, row.attempts) == ("pending", 2)
+    assert row.next_try <= row.created_at + timedelta(hours=1, seconds=1)  # the TTL at most
+
 
 async def test_an_unreachable_webhook_is_retried(
     services: Services, clock: FakeClock, sink: RecordingSink, http: WebhookSession

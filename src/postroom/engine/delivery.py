@@ -10,6 +10,7 @@ stale answers. Delivering an agent's reply renews the chat's engagement (ROUTING
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -276,7 +277,7 @@ class DeliveryLoop:
         now = self._clock()
         attempts = delivery.attempts + 1
         delay_s = error.retry_after
-        if delay_s is None:
+        if delay_s is None or not math.isfinite(delay_s):  # unsaid, or said unreadably
             delay_s = backoff_s(
                 self._settings.backoff_base_s, attempts - 1, maximum_s=self._settings.max_backoff_s
             )
