@@ -9,15 +9,17 @@ public keys keep their documented names. Only the entry point reads the environm
 
 from __future__ import annotations
 
+import functools
 import json
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from postroom.core.durations import parse_duration
+from postroom.core.bounds import MAX_DURATION_S, check_count
+from postroom.core.durations import format_duration, parse_duration
 from postroom.core.errors import ConfigError
 from postroom.core.folder_settings import BUILTIN_PROVIDERS
 from postroom.core.folders import BusyPolicy, FolderDefaults, Session
@@ -74,7 +76,22 @@ HTTP_PLATFORM_KEYS = frozenset({"outbound_url", "secret"})
 KNOWN_CHANNELS = (*CHANNEL_KEYS, "http")
 
 
+#: Durations and counts go through the bounds every surface shares (INTERFACES §1 Bounds).
 Duration = Annotated[float, BeforeValidator(parse_duration)]
+Count = Annotated[int, AfterValidator(check_count)]
+#: A count where 0 means "none" (an empty window, no delegation).
+Size = Annotated[int, AfterValidator(functools.partial(check_count, minimum=0))]
+
+
+def _positive(seconds: float) -> float:
+    if seconds <= 0:
+        limit = format_duration(MAX_DURATION_S)
+        raise ValueError(f"must be a duration above 0 and at most {limit}")
+    return seconds
+
+
+#: A duration a loop sleeps or a deadline waits: 0 would spin or give up at once.
+PositiveDuration = Annotated[Duration, AfterValidator(_positive)]
 
 
 class _Section(BaseModel):
@@ -108,12 +125,12 @@ class DefaultsConfig(_Section):
 
 
 class QueueConfig(_Section):
-    max_attempts: int = Field(3, ge=1)
+    max_attempts: Count = 3
     backoff_base_s: Duration = Field(60.0, alias="backoff_base")
-    max_concurrent_turns: int = Field(8, ge=1)
-    lease_s: Duration = Field(30.0, alias="lease")
+    max_concurrent_turns: Count = 8
+    lease_s: PositiveDuration = Field(30.0, alias="lease")
     shutdown_grace_s: Duration = Field(30.0, alias="shutdown_grace")
-    lease_renew_s: Duration = Field(10.0, alias="lease_renew")
+    lease_renew_s: PositiveDuration = Field(10.0, alias="lease_renew")
 
 
 class DeliveryConfig(_Section):
@@ -122,35 +139,41 @@ class DeliveryConfig(_Section):
 
 
 class ObserveConfig(_Section):
-    window_messages: int = Field(20, ge=0)
-    window_chars: int = Field(8000, ge=0)
+    window_messages: Size = 20
+    window_chars: Size = 8000
 
 
 class ContextConfig(_Section):
-    max_messages: int = Field(200, ge=1)
+    max_messages: Count = 200
 
 
 class LimitsConfig(_Section):
-    content_bytes: int = Field(65536, ge=1)
-    body_bytes: int = Field(1048576, ge=1)
-    image_bytes: int = Field(5242880, ge=1)
+    content_bytes: Count = 65536
+    body_bytes: Count = 1048576
+    image_bytes: Count = 5242880
 
 
 class SchedulerConfig(_Section):
-    tick_s: Duration = Field(10.0, alias="tick")
+    tick_s: PositiveDuration = Field(10.0, alias="tick")
 
 
 class LlmConfig(_Section):
-    max_model_calls: int = Field(5, ge=1)
+    max_model_calls: Count = 5
+    #: Each model call, a stream included, ends within this (PIPELINE §4).
+    call_timeout_s: PositiveDuration = Field(120.0, alias="call_timeout")
+    #: A whole run (every model call and tool of one turn) ends within this.
+    run_timeout_s: PositiveDuration = Field(600.0, alias="run_timeout")
+    #: The longest an account rests after a rate limit, whatever the API asked.
+    max_rest_s: PositiveDuration = Field(3600.0, alias="max_rest")
 
 
 class DelegationConfig(_Section):
-    max_depth: int = Field(3, ge=0)
+    max_depth: Size = 3
 
 
 class CompactionConfig(_Section):
     threshold: float = Field(0.75, gt=0, le=1)
-    keep_last: int = Field(10, ge=0)
+    keep_last: Size = 10
 
 
 class RoutingConfig(_Section):
@@ -179,15 +202,15 @@ class ProviderConfig(_Section):
     model: str | None = None
     stream: bool = False
     timeout_s: Duration = Field(120.0, alias="timeout")
-    delay_ms: int = Field(0, ge=0)
+    delay_ms: Size = 0
 
 
 class ModelConfig(_Section):
     """Overrides of postroom's model table: window and price (USD per million tokens)."""
 
-    context_window: int = Field(ge=256)
-    input_per_mtok: float | None = Field(None, ge=0)
-    output_per_mtok: float | None = Field(None, ge=0)
+    context_window: Annotated[int, AfterValidator(functools.partial(check_count, minimum=256))]
+    input_per_mtok: float | None = Field(None, ge=0, allow_inf_nan=False)
+    output_per_mtok: float | None = Field(None, ge=0, allow_inf_nan=False)
 
 
 class Config(_Section):

@@ -39,3 +39,14 @@ def test_end_to_end_benchmark_runs() -> None:
         "start-up to /healthz",
     ):
         assert row in out, out
+
+
+def test_run_storage_benchmark_runs() -> None:
+    out = run_script("runs_storage.py", "--turns", "20", "--size", "256")
+    assert "bytes stored per turn at turn 20" in out and "ratio: " in out, out
+
+
+@pytest.mark.slow
+def test_wal_benchmark_runs() -> None:
+    out = run_script("wal.py", "--seconds", "3", "--rate", "20")
+    assert "largest WAL: " in out and "POST latency: " in out, out

@@ -444,7 +444,8 @@ async def test_a_rate_limited_key_rests_while_the_next_answers_and_keys_never_le
         assert [key_of(r) for r in fake.received] == [KEY2]
         assert [r.account for r in await rig.runs() if r.job_id == second] == [LABEL2]
 
-        # Both keys limited: the run fails as rate-limited and the job's backoff applies.
+        # Both keys limited: not a failure. The turn waits, without using an attempt, until
+        # the first key is free again (key 1 in 30 s; key 2 would be 45 s).
         rig.advance(seconds=31)  # key 1 is free again, and is tried first
         fake.received.clear()
         fake.answer(
@@ -453,13 +454,14 @@ async def test_a_rate_limited_key_rests_while_the_next_answers_and_keys_never_le
             error_reply(429, "rate_limit_error", "slow down", {"retry-after": "45"}),
         )
         third = await rig.fire(CHAT, "one more")
-        job = await rig.job_when(third, lambda j: j.attempts == 1, "the rate-limited failure")
+        job = await rig.job_when(third, lambda j: j.last_error is not None, "the rate limit")
         assert [key_of(r) for r in fake.received] == [KEY1, KEY2]
         assert job.status is JobStatus.QUEUED and job.lease_until is None
-        assert job.run_at == clock.now + timedelta(seconds=120)
-        assert job.last_error is not None and "rate-limited" in job.last_error
-        (failed,) = [r for r in await rig.runs() if r.job_id == third]
-        assert failed.outcome == "error" and failed.error == job.last_error
+        assert job.attempts == 0
+        assert job.run_at == clock.now + timedelta(seconds=30)
+        assert "rate-limited" in job.last_error
+        (limited,) = [r for r in await rig.runs() if r.job_id == third]
+        assert limited.outcome == "rate_limited" and limited.error == job.last_error
 
         # No key anywhere: messages, runs, jobs, the database file, the logs.
         stored = [m.content for m in await rig.rows(CHAT)] + [
@@ -470,7 +472,7 @@ async def test_a_rate_limited_key_rests_while_the_next_answers_and_keys_never_le
             assert not any(key in text for text in stored + records)
             assert key.encode() not in _stored_text(rig.data_dir)
     assert any(entry["event"] == "provider.account_limited" for entry in logs)
-    assert any(entry["event"] == "turn.failed" for entry in logs)
+    assert any(entry["event"] == "turn.rate_limited" for entry in logs)
     captured = capsys.readouterr()
     for key in (KEY1, KEY2):
         assert key not in repr(logs)

@@ -1124,6 +1124,8 @@ BAD_FOLDERS: list[Any] = [
     {"path": "a//b"},
     {"path": "atlas", "session": "sometimes"},
     {"path": "atlas", "engagement_ttl": "soon"},
+    {"path": "atlas", "engagement_ttl": "99999999h"},
+    {"path": "atlas", "engagement_ttl": "31d"},
     {"path": "atlas", "colour": "red"},
     {"persona": "no path"},
     {"path": 5},
@@ -1138,6 +1140,14 @@ async def test_a_bad_folder_is_400(api: Api) -> None:
         assert await api.folders() == before
 
     await each(BAD_FOLDERS, refused)
+
+
+async def test_a_ttl_over_thirty_days_is_400_naming_key_and_range(api: Api) -> None:
+    answer = await api.client.post(
+        "/api/v1/folders", json={"path": "atlas", "engagement_ttl": "99999999h"}
+    )
+    sentence = assert_error(answer, 400)
+    assert "engagement_ttl" in sentence and "from 0 to 30d" in sentence
 
 
 async def test_deleting_a_folder_a_route_targets_is_409_naming_the_route(api: Api) -> None:
@@ -1388,6 +1398,130 @@ async def test_openapi_lists_the_api_paths(api: Api) -> None:
     for path, methods in expected.items():
         assert path in paths, f"{path} missing from the OpenAPI document"
         assert methods <= paths[path], (path, paths[path])
+
+
+async def test_the_openapi_document_lists_the_statuses_the_server_answers(api: Api) -> None:
+    """INTERFACES §4: 400 (never FastAPI's 422), 401, 403, and 404/409/413 where they happen,
+    each with the ``{"error": ...}`` body."""
+    schema = (await api.client.get("/api/v1/openapi.json")).json()
+    assert "Error" in schema["components"]["schemas"]
+    assert not {"HTTPValidationError", "ValidationError"} & set(schema["components"]["schemas"])
+    conflicts = set()
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            responses = operation["responses"]
+            where = f"{method.upper()} {path}"
+            assert "422" not in responses, where
+            assert "401" in responses, where  # every /api/ path needs the token
+            assert "403" in responses, where  # and a named token may lack the scope
+            if operation.get("parameters") or operation.get("requestBody"):
+                assert "400" in responses, where
+            if "{" in path:
+                assert "404" in responses, where
+            if operation.get("requestBody"):
+                assert "413" in responses, where
+            if "409" in responses:
+                conflicts.add(where)
+            for status, answer in responses.items():
+                if status >= "400":
+                    body = answer["content"]["application/json"]["schema"]
+                    assert body == {"$ref": "#/components/schemas/Error"}, where
+    assert {
+        "POST /api/v1/folders",
+        "DELETE /api/v1/folders/{path}",
+        "POST /api/v1/jobs/{job_id}/retry",
+        "POST /api/v1/jobs/{job_id}/cancel",
+    } <= conflicts
+    # And the server does answer them: 404 and 409 with one sentence.
+    assert_error(await api.client.post("/api/v1/jobs/424242/retry"), 404)
+    assert_error(await api.client.post("/api/v1/folders", json={"path": "main"}), 409)
+    assert_error(await api.client.post("/api/v1/routes", content=b"{", headers=JSON), 400)
+
+
+JSON = {"content-type": "application/json"}
+BEYOND = [2**63, 2**64, 10**30]
+
+
+async def test_integers_out_of_range_are_400_before_anything_runs(api: Api) -> None:
+    """``/events?after_seq=`` beyond 2^63 used to answer 200 and then break the stream."""
+    before = await api.snapshot()
+    for number in BEYOND:
+        for path in (
+            f"/api/v1/events?after_seq={number}",
+            f"/api/v1/messages?after_seq={number}",
+            f"/api/v1/runs/{number}",
+        ):
+            sentence = assert_error(await api.client.get(path), 400)
+            assert "after_seq" in sentence or "run_id" in sentence, sentence
+        for method, path in (
+            ("DELETE", f"/api/v1/routes/{number}"),
+            ("DELETE", f"/api/v1/tasks/{number}"),
+            ("POST", f"/api/v1/jobs/{number}/cancel"),
+            ("POST", f"/api/v1/tasks/{number}/pause"),
+        ):
+            assert_error(await api.client.request(method, path), 400)
+        stream = await api.client.get("/api/v1/events", headers={"last-event-id": str(number)})
+        assert_error(stream, 400)
+    assert await api.snapshot() == before
+
+
+STRICT_BODIES: list[tuple[str, str, Any]] = [
+    ("POST", "/api/v1/routes", {"seq": "1", "match": "", "target": "main"}),
+    ("POST", "/api/v1/routes", {"seq": 1, "match": 5, "target": "main"}),
+    ("PUT", "/api/v1/routes", [{"seq": "1", "target": "main"}]),
+    ("PUT", "/api/v1/routes", [{"seq": 1.0, "target": "main"}]),
+    (
+        "POST",
+        "/api/v1/messages",
+        {"chat_jid": CHAT, "sender": SENDER, "content": "hi", "mentioned": "yes"},
+    ),
+    (
+        "POST",
+        "/api/v1/messages",
+        {"chat_jid": CHAT, "sender": SENDER, "content": "hi", "mentioned": 1},
+    ),
+    (
+        "POST",
+        "/api/v1/messages",
+        {
+            "chat_jid": CHAT,
+            "sender": SENDER,
+            "content": "hi",
+            "attachments": [{"kind": "image", "size": "5"}],
+        },
+    ),
+    (
+        "POST",
+        "/api/v1/messages",
+        {
+            "chat_jid": CHAT,
+            "sender": SENDER,
+            "content": "hi",
+            "attachments": [{"kind": "image", "size": 2**31}],
+        },
+    ),
+]
+
+
+async def test_typed_fields_are_strict(api: Api) -> None:
+    """``"seq": "1"`` is 400 (it used to be read as 1); nothing changes."""
+    before = await api.snapshot()
+
+    async def refused(case: tuple[str, str, Any]) -> None:
+        method, path, body = case
+        sentence = assert_error(await api.client.request(method, path, json=body), 400)
+        assert (
+            "seq" in sentence
+            or "mentioned" in sentence
+            or "size" in sentence
+            or "match" in sentence
+        )
+        assert await api.snapshot() == before
+
+    await each(STRICT_BODIES, refused)
+    # The same writes with the right types go through.
+    added = await api.client.post("/api/v1/routes", json={"seq": 1, "target": "main"})
+    assert added.status_code == 201, added.text
 
 
 # --------------------------------------------------------------------------- events (SSE)

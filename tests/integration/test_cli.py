@@ -441,6 +441,14 @@ def test_folders_add_rejects_bad_names(data: Path, path: str) -> None:
     assert sorted(p.name for p in (data / "folders").iterdir()) == ["main"]
 
 
+@pytest.mark.parametrize("ttl", ["99999999h", "31d"])
+def test_folders_add_refuses_a_ttl_over_thirty_days(data: Path, ttl: str) -> None:
+    before = state(data)
+    sentence = bad(data, "folders", "add", "x", "--engagement-ttl", ttl)
+    assert "engagement_ttl" in sentence and "from 0 to 30d" in sentence and ttl in sentence
+    assert state(data) == before
+
+
 def test_folders_rm_refuses_a_folder_routes_use_and_names_them(data: Path) -> None:
     ok(data, "folders", "add", "x")
     ok(data, "folders", "add", "tpl")

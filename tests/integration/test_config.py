@@ -342,6 +342,38 @@ def test_bad_duration_in_the_environment_names_the_key(tmp_path: Path) -> None:
     assert "POSTROOM_QUEUE__LEASE" in message or "queue.lease" in message
 
 
+@pytest.mark.parametrize(
+    ("section", "key", "value", "allowed"),
+    [
+        ("defaults", "engagement_ttl", '"99999999h"', "from 0 to 30d"),
+        ("delivery", "ttl", '"31d"', "from 0 to 30d"),
+        ("queue", "backoff_base", '"1000h"', "from 0 to 30d"),
+        ("llm", "max_rest", '"999d"', "from 0 to 30d"),
+        ("llm", "call_timeout", '"0"', "above 0 and at most 30d"),
+        ("queue", "lease_renew", '"0"', "above 0 and at most 30d"),
+        ("queue", "max_attempts", "0", "from 1 to 2147483647"),
+        ("queue", "max_concurrent_turns", "2147483648", "from 1 to 2147483647"),
+        ("limits", "content_bytes", "-1", "from 1 to 2147483647"),
+        ("observe", "window_chars", "99999999999", "from 0 to 2147483647"),
+    ],
+)
+def test_values_out_of_bounds_are_refused_naming_key_and_range(
+    tmp_path: Path, section: str, key: str, value: str, allowed: str
+) -> None:
+    """INTERFACES §1 Bounds, from the file and from the environment alike."""
+    path = write_config(tmp_path, f"[{section}]\n{key} = {value}\n")
+    message = config_error(tmp_path, {})
+    assert f"'{section}.{key}'" in message and str(path) in message and allowed in message
+    variable = f"POSTROOM_{section.upper()}__{key.upper()}"
+    message = config_error(tmp_path / "absent", {variable: value.strip('"')})
+    assert f"'{section}.{key}'" in message and variable in message and allowed in message
+
+
+def test_deadlines_and_rest_have_their_defaults(tmp_path: Path) -> None:
+    llm = load_config(tmp_path, {}).llm
+    assert (llm.call_timeout_s, llm.run_timeout_s, llm.max_rest_s) == (120, 600, 3600)
+
+
 def test_invalid_toml(tmp_path: Path) -> None:
     path = write_config(tmp_path, "[server\nport = = 1\n")
     assert str(path) in config_error(tmp_path, {})

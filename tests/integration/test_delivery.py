@@ -33,6 +33,7 @@ from structlog.testing import capture_logs
 from postroom.app.gateway import Gateway
 from postroom.channels.http import EventStreamSink, WebhookSession, WebhookSink, sign_body
 from postroom.core import Action, Layer, MessageType
+from postroom.core.bounds import MAX_TIME
 from postroom.core.chunking import limit_for
 from postroom.core.decision import Engagement
 from postroom.engine import FolderSpec, Services
@@ -553,6 +554,35 @@ async def test_a_delivered_reply_engages_for_the_folders_ttl(
     }
 
 
+async def test_an_absurd_stored_ttl_still_marks_the_send_sent_once(
+    tmp_path: Path, services: Services, clock: FakeClock, sink: RecordingSink, loop: DeliveryLoop
+) -> None:
+    """A TTL no surface accepts any more (99999999h), written straight into the database as an
+    older version or a hand edit could: ``now + ttl`` saturates, so the sent row is marked sent
+    and never sent again (it used to overflow, fail the commit and resend every round)."""
+    await services.folders.add_folder("forever", FolderSpec(engagement_ttl="10m"), actor="test")
+    db = sqlite3.connect(tmp_path / "data" / "postroom.db")
+    with db:
+        db.execute(
+            "UPDATE folders SET engagement_ttl_s = ? WHERE path = 'forever'", (99999999 * 3600,)
+        )
+    db.close()
+    async with services.store.read() as tx:
+        await services.catalog.reload(tx)
+    chat = "telegram:group/13"
+    answer = await put_answer(
+        services, clock, "forever yours", [chat], engage=True, folder="forever"
+    )
+
+    await drain(loop)
+    assert [c.content for c in sink.sent] == ["forever yours"]
+    assert (await the_delivery(services, answer.message_id, chat)).status == "sent"
+    assert await engagements(services, chat) == {"": Engagement("forever", MAX_TIME)}
+    clock.advance(minutes=5)
+    assert await drain(loop) == 0
+    assert len(sink.tries) == 1
+
+
 async def test_discord_guild_example_end_to_end(
     services: Services,
     clock: FakeClock,
@@ -907,6 +937,20 @@ async def test_webhook_retries_honour_retry_after_and_backoff(
     assert await loop.deliver_due()
     assert (await the_delivery(services, broken.message_id, chat)).status == "sent"
     assert len(state.requests) == 5
+
+    # A Retry-After that cannot be read means the backoff; an absurd one waits out the TTL at
+    # most (1e15 s used to overflow the date arithmetic and fail the round).
+    odd = await put_answer(services, clock, "odd wait", ["acme:room/3"])
+    state.answers += [(429, {"Retry-After": "soon"}), (429, {"Retry-After": "1e15"})]
+    failed_at = clock()
+    assert await loop.deliver_due()
+    row = await the_delivery(services, odd.message_id, "acme:room/3")
+    assert row.next_try == failed_at + timedelta(seconds=2)
+    clock.advance(seconds=2)
+    assert await loop.deliver_due()
+    row = await the_delivery(services, odd.message_id, "acme:room/3")
+    assert (row.status, row.attempts) == ("pending", 2)
+    assert row.next_try <= row.created_at + timedelta(hours=1, seconds=1)  # the TTL at most
 
 
 async def test_an_unreachable_webhook_is_retried(

@@ -381,7 +381,7 @@ def test_folders_set_refuses_bad_values_with_one_sentence_and_changes_nothing(
             "provider 'nosuchprovider' is not configured; the "
             "providers are anthropic, echo, gemini, local, ollama, openai",
         ),
-        (["--engagement-ttl", "45d"], "engagement_ttl '45d' is too long; it is at most 30d"),
+        (["--engagement-ttl", "45d"], "engagement_ttl must be a duration from 0 to 30d, not '45d'"),
         (["--busy-policy", "panic"], "busy_policy must be one of followup, interrupt, steer"),
         (["--budget-per-day", "lots"], "budget_per_day must be a number of USD"),
         (["--unset", "colour"], "Unknown folder setting(s) colour"),

@@ -6,6 +6,7 @@ failure becomes a :class:`ProviderError`."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
@@ -557,7 +558,8 @@ async def test_429_without_retry_after(fake: tuple[FakeLLM, str], provider: Open
 
 
 @pytest.mark.parametrize(
-    ("retry_after", "expected"), [("Wed, 21 Oct 2015 07:28:00 GMT", 0.0), ("later", None)]
+    ("retry_after", "expected"),
+    [("Wed, 21 Oct 2015 07:28:00 GMT", 0.0), ("later", math.inf), ("99999999999", 99999999999.0)],
 )
 async def test_retry_after_forms(
     fake: tuple[FakeLLM, str],

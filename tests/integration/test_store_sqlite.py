@@ -14,7 +14,7 @@ from postroom.core import ChatState, Engagement, MessageType
 from postroom.core.folders import Folder, Session
 from postroom.store import DropRecord, NewMessage, RouteSpec, SchemaTooNew, SqliteStore
 from postroom.store.sqlite.migrate import available_migrations
-from postroom.store.sqlite.store import CHECKPOINT_EVERY
+from postroom.store.sqlite.wal import WalLimits
 
 from support import eventually
 
@@ -412,23 +412,88 @@ async def test_closed_store_refuses_use(tmp_path: Path) -> None:
 
 async def test_the_write_ahead_log_is_checkpointed_off_the_event_loop(tmp_path: Path) -> None:
     """Automatic checkpoints are off on the write connection (they would sync the file on the
-    loop's thread); the store checkpoints from the reader's thread every CHECKPOINT_EVERY
+    loop's thread); the store checkpoints on its maintenance thread every ``checkpoint_every``
     commits instead, so the WAL stays bounded."""
     store = await SqliteStore.open(tmp_path / "postroom.db")
+    every = store.wal.limits.checkpoint_every
     wal = tmp_path / "postroom.db-wal"
     try:
-        async with store.write() as tx:
-            ((autocheckpoint,),) = await tx._conn.fetchall("PRAGMA wal_autocheckpoint")
-        assert autocheckpoint == 0
+        # Asked outside a transaction: each round below is exactly `every` commits.
+        writer = store._writer.connection
+        assert writer.execute("PRAGMA wal_autocheckpoint").fetchone() == (0,)
         sizes = []
-        for _ in range(5):
-            for n in range(CHECKPOINT_EVERY):
+        for round in range(5):
+            for n in range(every):
                 async with store.write() as tx:
                     await tx.set_state("main", f"k{n}", "v" * 2000, now=datetime.now(UTC))
-            await asyncio.sleep(0.1)  # the checkpoint runs on the reader's thread
+            # The round's last commit started the checkpoint on the maintenance thread.
+            await store.wal.wait()
+            assert store.wal.count == round + 1
+            assert store.wal.last is not None and not store.wal.last.busy
             sizes.append(wal.stat().st_size)
     finally:
         await store.close()
     # Without checkpoints the log would only grow (every commit appends pages); with them it
     # is reused from the start once a checkpoint completed.
     assert max(sizes) <= sizes[0] * 1.1, sizes  # unchecked, it grows by ~25% a round
+
+
+async def test_the_write_ahead_log_stays_bounded_while_writes_never_pause(tmp_path: Path) -> None:
+    """Under continuous writes a passive checkpoint never catches up with the log, so SQLite
+    never starts it over: the store truncates it once it passes ``truncate_bytes``, between
+    two group commits, whatever the load — with a reader reading all along."""
+    limits = WalLimits(checkpoint_every=100, check_every=8, truncate_bytes=512 * 1024)
+    store = await SqliteStore.open(tmp_path / "postroom.db", wal=limits)
+    stop = asyncio.Event()
+
+    async def read_all_along() -> None:
+        while not stop.is_set():
+            async with store.read() as tx:
+                await tx.get_state("main")
+            await asyncio.sleep(0)
+
+    reader = asyncio.create_task(read_all_along())
+    largest = 0
+    try:
+        for n in range(3_000):  # about 24 MB of log without truncation
+            async with store.write() as tx:
+                await tx.set_state("main", f"k{n % 50}", f"{n}" + "v" * 4000, now=datetime.now(UTC))
+            largest = max(largest, store.wal.wal_bytes())
+        await store.wal.wait()
+        checkpoints = store.wal.count
+    finally:
+        stop.set()
+        await reader
+        await store.close()
+    # The log grows by about 8 KB a commit: at most check_every commits past the threshold
+    # before the look that starts the checkpoint, plus what commits while the passive pass runs.
+    assert largest < 4 * limits.truncate_bytes, largest
+    assert checkpoints > 0
+
+
+async def test_a_truncating_checkpoint_empties_the_log_and_says_when_readers_hold_it(
+    tmp_path: Path,
+) -> None:
+    store = await SqliteStore.open(tmp_path / "postroom.db")
+    try:
+        for n in range(50):
+            async with store.write() as tx:
+                await tx.set_state("main", f"k{n}", "v" * 2000, now=datetime.now(UTC))
+        assert store.wal.wal_bytes() > 0
+        # Another process reading an old snapshot keeps the log in use: the checkpoint waits
+        # at most busy_ms for it, then says it could not finish — writers were never stalled.
+        other = sqlite3.connect(tmp_path / "postroom.db", isolation_level=None)
+        other.execute("BEGIN")
+        other.execute("SELECT count(*) FROM memory_state").fetchall()
+        async with store.write() as tx:
+            await tx.set_state("main", "later", "x", now=datetime.now(UTC))
+        held = await store.checkpoint(truncate=True)
+        assert held.busy and held.mode == "TRUNCATE"
+        other.execute("ROLLBACK")
+        other.close()
+        done = await store.checkpoint(truncate=True)
+        assert not done.busy and store.wal.wal_bytes() == 0
+        async with store.read() as tx:
+            assert (await tx.get_state("main"))["later"] == "x"
+    finally:
+        await store.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -138,6 +139,24 @@ def test_all_accounts_limited_fails_with_a_rate_limit_for_the_job_backoff() -> N
     failing = AccountPool("x", [("x#1", Scripted(ProviderError("boom")))], clock=clock)
     with pytest.raises(ProviderError, match="boom"):
         run(failing.complete(REQUEST))
+
+
+@pytest.mark.parametrize("asked", [1e15, 99999999999.0, math.inf, math.nan, 7200.0])
+def test_no_rest_is_longer_than_max_rest(asked: float) -> None:
+    """A retry-after of years (or one that could not be read: inf) rests for max_rest; 1e15
+    seconds used to overflow the date arithmetic."""
+    clock = Clock()
+    pool = AccountPool(
+        "anthropic",
+        [("a#1", Scripted(RateLimited("slow down", retry_after=asked)))],
+        clock=clock,
+        max_rest_s=3600,
+    )
+    with pytest.raises(RateLimited) as caught:
+        run(pool.complete(REQUEST))
+    (status,) = pool.status()
+    assert status.limited_until == clock.now + timedelta(hours=1)
+    assert caught.value.retry_after == 3600
 
 
 class Tools:

@@ -585,8 +585,19 @@ CONDUCTOR_PROBLEMS = [
     ),
     (
         block("CREATE_AGENT", "path: atlas/a", "engagement_ttl: 30"),
-        "[CREATE_AGENT] was not applied: engagement_ttl '30' is not valid: expected a duration "
-        "like 90s, 30m, 2h or 0, not '30'.",
+        "[CREATE_AGENT] was not applied: engagement_ttl must be a duration from 0 to 30d like "
+        "90s, 30m or 2h, not '30'.",
+    ),
+    # Bounds: model output can never store a value that breaks time arithmetic.
+    (
+        block("UPDATE_AGENT", "engagement_ttl: 99999999h", arg="atlas/a"),
+        "[UPDATE_AGENT:atlas/a] was not applied: engagement_ttl must be a duration from 0 to 30d, "
+        "not '99999999h'.",
+    ),
+    (
+        block("CREATE_AGENT", "path: atlas/a", "engagement_ttl: 31d"),
+        "[CREATE_AGENT] was not applied: engagement_ttl must be a duration from 0 to 30d, "
+        "not '31d'.",
     ),
     # update
     (

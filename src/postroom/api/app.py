@@ -8,19 +8,17 @@ token whose scope covers the endpoint (:mod:`postroom.api.scopes`).
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
-from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from postroom import __version__
 from postroom.api.errors import describe_validation, error_response, error_status
 from postroom.api.ingest_lane import IngestLane, documented_route
 from postroom.api.middleware import BearerAuth, BodyLimit, JsonBodies
+from postroom.api.openapi import corrected_openapi
 from postroom.api.routes import ApiContext, build_router, ingest_body
 from postroom.core.errors import PostroomError
 
@@ -70,7 +68,9 @@ def create_api(
         return PlainTextResponse(body.decode(), media_type=content_type)
 
     app.include_router(build_router(ctx))
-    _document(app, documented_route())
+    # The statuses the server really answers (400, not FastAPI's 422), and the ingest lane's
+    # endpoint, which FastAPI's routing never sees; built on first request.
+    app.openapi = corrected_openapi(app, documented_route())  # type: ignore[method-assign]
     # Middlewares run in the reverse order of adding: auth, then the body limit, then the JSON
     # check, then the ingest lane — an unauthenticated body is never buffered, an oversized one
     # never parsed.
@@ -79,21 +79,3 @@ def create_api(
     app.add_middleware(BodyLimit, limit=body_limit)
     app.add_middleware(BearerAuth, authenticate=ctx.services.tokens.authenticate)
     return app
-
-
-def _document(app: FastAPI, *routes: APIRoute) -> None:
-    """Describe *routes* in the OpenAPI document too: endpoints answered before FastAPI's
-    routing (the ingest lane) that must still be documented."""
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            app.openapi_schema = get_openapi(
-                title=app.title,
-                version=app.version,
-                openapi_version=app.openapi_version,
-                description=app.description,
-                routes=[*app.routes, *routes],
-            )
-        return app.openapi_schema
-
-    app.openapi = openapi  # type: ignore[method-assign]

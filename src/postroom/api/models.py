@@ -1,12 +1,18 @@
 """Request bodies of the HTTP API (INTERFACES §4). Unknown fields are refused, so a client can
-never slip in a ``message_type`` or an internal field."""
+never slip in a ``message_type`` or an internal field; typed fields are strict (``"seq": "1"``
+and ``"mentioned": "yes"`` are 400), and integers are bounded where they are written."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+
+from postroom.core.bounds import MAX_COUNT
+
+#: The largest integer SQLite stores: ids and sequence numbers beyond it are refused (400).
+MAX_INT64 = 2**63 - 1
 
 
 class _Body(BaseModel):
@@ -17,7 +23,7 @@ class AttachmentIn(_Body):
     kind: str = Field(max_length=32)
     mime: str = Field("", max_length=255)
     name: str = Field("", max_length=255)
-    size: int = Field(0, ge=0)
+    size: StrictInt = Field(0, ge=0, le=MAX_COUNT)
     url: str = Field("", max_length=4096)
     data: str = ""
 
@@ -34,14 +40,20 @@ class MessageIn(_Body):
     reply_to: str | None = Field(None, max_length=255)
     topic: str = Field("", max_length=255, description="The platform's native thread.")
     verb: str = "message"
-    mentioned: bool = False
+    mentioned: StrictBool = False
     attachments: list[AttachmentIn] = Field(default_factory=list, max_length=32)
 
 
 class RouteIn(_Body):
-    seq: int
-    match: str = ""
-    target: str
+    seq: StrictInt
+    match: StrictStr = ""
+    target: StrictStr
+
+
+class RouteRow(RouteIn):
+    """A row of a whole table (``PUT /routes``); ``id`` as ``GET /routes`` gives it is allowed."""
+
+    id: StrictInt | None = None
 
 
 class FolderIn(_Body):

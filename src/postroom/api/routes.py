@@ -13,13 +13,22 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Query, Request
+from fastapi import APIRouter, Body, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from postroom.api.middleware import PRINCIPAL
-from postroom.api.models import FolderIn, MessageIn, TaskIn, TokenIn
+from postroom.api.models import (
+    MAX_INT64,
+    FolderIn,
+    MessageIn,
+    RouteIn,
+    RouteRow,
+    TaskIn,
+    TokenIn,
+)
+from postroom.api.openapi import refusals
 from postroom.core.errors import InvalidInput
 from postroom.core.messages import Attachment, InboundMessage
 from postroom.engine.folders import FolderSpec, folder_to_dict
@@ -42,6 +51,10 @@ __all__ = ["ApiContext", "build_router", "inbound_from_body", "ingest_body"]
 
 SURFACE = "api"
 SSE_KEEPALIVE_S = 15.0
+#: A row id in a path; beyond 64 bits it is refused before anything runs.
+RowId = Annotated[int, Path(ge=0, le=MAX_INT64)]
+#: A message sequence number in a query.
+Seq = Query(None, ge=0, le=MAX_INT64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +113,7 @@ def build_router(ctx: ApiContext) -> APIRouter:
     async def get_messages(
         chat_jid: str | None = None,
         folder: str | None = None,
-        after_seq: int | None = Query(None, ge=0),
+        after_seq: int | None = Seq,
         limit: int = Query(100, ge=1, le=1000),
         who: Principal = Caller,
     ) -> dict[str, Any]:
@@ -110,12 +123,12 @@ def build_router(ctx: ApiContext) -> APIRouter:
         return {"messages": [message_to_dict(m) for m in found]}
 
     @api.get("/events", summary="Server-Sent Events: stored messages and deliveries, live")
-    async def events(
-        request: Request, after_seq: int | None = Query(None, ge=0)
-    ) -> StreamingResponse:
+    async def events(request: Request, after_seq: int | None = Seq) -> StreamingResponse:
         last_id = request.headers.get("last-event-id", "")
         if after_seq is None and last_id.isdigit():
             after_seq = int(last_id)
+            if after_seq > MAX_INT64:  # refused before the stream starts, not inside it
+                raise InvalidInput("Last-Event-ID is not a message sequence number.")
         return StreamingResponse(
             _event_stream(services, request, after_seq),
             media_type="text/event-stream",
@@ -130,39 +143,38 @@ def build_router(ctx: ApiContext) -> APIRouter:
 
     @api.post("/routes", status_code=201, summary="Add a route (or preview it with dry_run)")
     async def add_route(
-        body: dict[str, Any] = Body(...),  # noqa: B008
+        body: RouteIn,
         dry_run: bool = DryRun,
         limit: int = PreviewLimit,
         who: Principal = Caller,
     ) -> Any:
-        _only(body, {"seq", "match", "target"}, required={"seq", "target"})
-        seq, match, target = body["seq"], body.get("match", ""), body["target"]
         if dry_run:
             preview = await services.routes.preview_add(
-                seq, match, target, within=who.folder, limit=limit
+                body.seq, body.match, body.target, within=who.folder, limit=limit
             )
             return JSONResponse(preview.to_dict())
         route_id = await services.routes.add_route(
-            seq, match, target, actor=who.actor(SURFACE), within=who.folder
+            body.seq, body.match, body.target, actor=who.actor(SURFACE), within=who.folder
         )
         return {"id": route_id}
 
     @api.put("/routes", summary="Replace the route table (or preview it with dry_run)")
     async def set_routes(
-        body: Any = Body(...),  # noqa: B008
+        body: list[RouteRow],
         dry_run: bool = DryRun,
         limit: int = PreviewLimit,
         who: Principal = Caller,
     ) -> dict[str, Any]:
+        rows = _rows(body)
         if dry_run:
-            preview = await services.routes.preview_routes(body, within=who.folder, limit=limit)
+            preview = await services.routes.preview_routes(rows, within=who.folder, limit=limit)
             return preview.to_dict()
-        views = await services.routes.set_routes(body, actor=who.actor(SURFACE), within=who.folder)
+        views = await services.routes.set_routes(rows, actor=who.actor(SURFACE), within=who.folder)
         return {"routes": [v.to_dict() for v in views]}
 
     @api.delete("/routes/{route_id}", status_code=204, summary="Remove a route")
     async def delete_route(
-        route_id: int,
+        route_id: RowId,
         dry_run: bool = DryRun,
         limit: int = PreviewLimit,
         who: Principal = Caller,
@@ -182,11 +194,11 @@ def build_router(ctx: ApiContext) -> APIRouter:
 
     @api.post("/routes/preview", summary="What a proposed table would do to recent traffic")
     async def preview(
-        body: Any = Body(...),  # noqa: B008
+        body: list[RouteRow],
         limit: int = PreviewLimit,
         who: Principal = Caller,
     ) -> dict[str, Any]:
-        found = await services.routes.preview_routes(body, within=who.folder, limit=limit)
+        found = await services.routes.preview_routes(_rows(body), within=who.folder, limit=limit)
         return found.to_dict()
 
     @api.get("/routes/history", summary="Who changed the route table, when and how")
@@ -202,7 +214,7 @@ def build_router(ctx: ApiContext) -> APIRouter:
         found = await services.folders.list_folders(within=who.folder)
         return {"folders": [folder_to_dict(f) for f in found]}
 
-    @api.post("/folders", status_code=201)
+    @api.post("/folders", status_code=201, responses=refusals(409))
     async def add_folder(body: FolderIn, who: Principal = Caller) -> dict[str, Any]:
         spec = FolderSpec(**body.settings())
         folder = await services.folders.add_folder(
@@ -227,7 +239,7 @@ def build_router(ctx: ApiContext) -> APIRouter:
         )
         return folder_to_dict(folder)
 
-    @api.delete("/folders/{path:path}", status_code=204)
+    @api.delete("/folders/{path:path}", status_code=204, responses=refusals(409))
     async def delete_folder(path: str, who: Principal = Caller) -> Response:
         await services.folders.remove_folder(path, actor=who.actor(SURFACE), within=who.folder)
         return Response(status_code=204)
@@ -237,7 +249,12 @@ def build_router(ctx: ApiContext) -> APIRouter:
     async def list_tokens() -> dict[str, Any]:
         return {"tokens": [token_to_dict(t) for t in await services.tokens.list()]}
 
-    @api.post("/tokens", status_code=201, summary="Make a token; its secret is in this answer only")
+    @api.post(
+        "/tokens",
+        status_code=201,
+        summary="Make a token; its secret is in this answer only",
+        responses=refusals(409),
+    )
     async def add_token(body: TokenIn, who: Principal = Caller) -> dict[str, Any]:
         made = await services.tokens.add(
             body.name, scope=body.scope, folder=body.folder, actor=who.actor(SURFACE)
@@ -267,15 +284,15 @@ def build_router(ctx: ApiContext) -> APIRouter:
         return task_to_dict(task)
 
     @api.post("/tasks/{task_id}/pause")
-    async def pause_task(task_id: int) -> dict[str, Any]:
+    async def pause_task(task_id: RowId) -> dict[str, Any]:
         return task_to_dict(await ctx.tasks.pause(task_id))
 
     @api.post("/tasks/{task_id}/resume")
-    async def resume_task(task_id: int) -> dict[str, Any]:
+    async def resume_task(task_id: RowId) -> dict[str, Any]:
         return task_to_dict(await ctx.tasks.resume(task_id))
 
     @api.delete("/tasks/{task_id}", status_code=204)
-    async def delete_task(task_id: int) -> Response:
+    async def delete_task(task_id: RowId) -> Response:
         await ctx.tasks.remove(task_id)
         return Response(status_code=204)
 
@@ -290,12 +307,12 @@ def build_router(ctx: ApiContext) -> APIRouter:
         runs = await services.history.run_ids([j.id for j in jobs])
         return {"jobs": [job_to_dict(j, run_ids=runs.get(j.id, [])) for j in jobs]}
 
-    @api.post("/jobs/{job_id}/retry")
-    async def retry_job(job_id: int) -> dict[str, Any]:
+    @api.post("/jobs/{job_id}/retry", responses=refusals(409))
+    async def retry_job(job_id: RowId) -> dict[str, Any]:
         return job_to_dict(await services.turns.retry(job_id))
 
-    @api.post("/jobs/{job_id}/cancel")
-    async def cancel_job(job_id: int) -> dict[str, Any]:
+    @api.post("/jobs/{job_id}/cancel", responses=refusals(409))
+    async def cancel_job(job_id: RowId) -> dict[str, Any]:
         return job_to_dict(await services.turns.cancel(job_id))
 
     @api.get("/runs", summary="Run summaries, newest first")
@@ -306,7 +323,7 @@ def build_router(ctx: ApiContext) -> APIRouter:
         return {"runs": [run_summary_to_dict(r) for r in found]}
 
     @api.get("/runs/{run_id}")
-    async def get_run(run_id: int, who: Principal = Caller) -> dict[str, Any]:
+    async def get_run(run_id: RowId, who: Principal = Caller) -> dict[str, Any]:
         return run_to_dict(await services.history.run(run_id, within=who.folder))
 
     @api.get("/providers", summary="Configured providers and their accounts' cooldowns")
@@ -325,15 +342,9 @@ def build_router(ctx: ApiContext) -> APIRouter:
     return api
 
 
-def _only(body: dict[str, Any], allowed: set[str], *, required: set[str]) -> None:
-    unknown = set(body) - allowed
-    if unknown:
-        raise InvalidInput(
-            f"Unknown field(s) {', '.join(sorted(unknown))}; expected {', '.join(sorted(allowed))}."
-        )
-    missing = required - set(body)
-    if missing:
-        raise InvalidInput(f"Missing field(s) {', '.join(sorted(missing))}.")
+def _rows(body: list[RouteRow]) -> list[dict[str, Any]]:
+    """A whole table as the route service takes it (``id`` only where the client gave one)."""
+    return [row.model_dump(exclude_none=True) for row in body]
 
 
 async def _event_stream(

@@ -237,7 +237,11 @@ def _provider_probes(
         if section is None and name in KEYLESS:
             section = ProviderConfig()  # built without a section when used (no key to give)
         try:
-            provider = build_provider(name, section, clock=system_clock) if section else None
+            provider = (
+                build_provider(name, section, clock=system_clock, max_rest_s=config.llm.max_rest_s)
+                if section
+                else None
+            )
         except PostroomError as exc:
             check = Check(f"provider {name}", False, str(exc))
             probes.append(_Probe(check.name, _done(check), 1.0))

@@ -89,12 +89,14 @@ def build_providers(
     echo = config.providers.get("echo")
     providers: dict[str, Provider] = {"echo": EchoProvider(delay_ms=echo.delay_ms if echo else 0)}
     for name, section in config.providers.items():
-        provider = build_provider(name, section, clock=clock)
+        provider = build_provider(name, section, clock=clock, max_rest_s=config.llm.max_rest_s)
         if provider is not None:
             providers[name] = provider
     for name in sorted(({config.defaults.provider, *used} & KEYLESS) - set(config.providers)):
         try:
-            implied = build_provider(name, ProviderConfig(), clock=clock)
+            implied = build_provider(
+                name, ProviderConfig(), clock=clock, max_rest_s=config.llm.max_rest_s
+            )
         except PostroomError as exc:
             # Not asked for by a section: the server still starts; the folders that use it get
             # the error per turn, and postroom doctor says how to install it.
@@ -106,10 +108,15 @@ def build_providers(
 
 
 def build_provider(
-    name: str, section: ProviderConfig, *, clock: Callable[[], datetime]
+    name: str,
+    section: ProviderConfig,
+    *,
+    clock: Callable[[], datetime],
+    max_rest_s: float,
 ) -> Provider | None:
     """One ``[providers.<name>]`` behind its account pool; ``None`` for ``echo`` (built in) and
-    for a provider named without keys (folders using it get a clear error per turn)."""
+    for a provider named without keys (folders using it get a clear error per turn). No account
+    rests longer than *max_rest_s* (``llm.max_rest``) after a rate limit."""
     kind = section.kind or name
     if kind == "echo":
         return None
@@ -128,7 +135,7 @@ def build_provider(
         for index, key in enumerate(section.api_keys):
             label = account_label(name, index, key)
             accounts.append((label, factory(api_key=key, account=label, **kwargs)))
-    return AccountPool(name, accounts, clock=clock)
+    return AccountPool(name, accounts, clock=clock, max_rest_s=max_rest_s)
 
 
 def account_pools(providers: Mapping[str, Provider]) -> dict[str, AccountPool]:

@@ -189,11 +189,16 @@ def build_workers(
     context (personas, memory, compaction, voice notes), the answer writer and the tools."""
     store, clock = services.store, services.clock
     models = model_table(config)
-    runner = ProviderRunner(providers, max_model_calls=config.llm.max_model_calls, models=models)
+    runner = ProviderRunner(
+        providers,
+        max_model_calls=config.llm.max_model_calls,
+        models=models,
+        call_timeout_s=config.llm.call_timeout_s,
+    )
     memory = MemoryService(store=store)
 
     async def complete(request: ModelRequest, settings: FolderSettings) -> ModelResponse:
-        return await runner.provider_for(settings).complete(request)
+        return await runner.complete(request, settings)
 
     compactor = Compactor(
         store=store,
@@ -248,6 +253,8 @@ def build_workers(
             max_depth=config.delegation.max_depth,
         ),
         folders=services.folders,
+        run_timeout_s=config.llm.run_timeout_s,
+        max_rest_s=config.llm.max_rest_s,
     )
 
 

@@ -13,6 +13,7 @@ from collections.abc import Collection, Mapping
 from enum import StrEnum
 from typing import Any
 
+from postroom.core.bounds import MAX_COUNT
 from postroom.core.durations import format_duration, parse_duration
 from postroom.core.errors import InvalidInput
 from postroom.core.folders import BusyPolicy, Folder, Role, Session
@@ -21,7 +22,6 @@ from postroom.core.jid import parse_jid
 __all__ = [
     "BUILTIN_PROVIDERS",
     "MAX_BUDGET_PER_DAY",
-    "MAX_ENGAGEMENT_TTL_S",
     "MAX_PERSONA_CHARS",
     "SETTING_KEYS",
     "parse_settings",
@@ -44,8 +44,7 @@ SETTING_KEYS = (
     "budget_per_day",
 )
 MAX_PERSONA_CHARS = 65_536
-MAX_ENGAGEMENT_TTL_S = 30 * 86_400
-MAX_BUDGET_PER_DAY = float(2**31 - 1)
+MAX_BUDGET_PER_DAY = float(MAX_COUNT)
 MAX_NAME_CHARS = 255
 MAX_LIST_ITEMS = 64
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -119,15 +118,11 @@ def _model(value: Any, _: Collection[str]) -> str:
 
 
 def _ttl(value: Any, _: Collection[str]) -> int:
+    # parse_duration holds the 30-day ceiling of every stored duration (core.bounds).
     try:
-        seconds = parse_duration(value)
+        return int(parse_duration(value))
     except ValueError as exc:
-        raise InvalidInput(f"engagement_ttl: {exc}.") from None
-    if seconds > MAX_ENGAGEMENT_TTL_S:
-        raise InvalidInput(
-            f"engagement_ttl {value!r} is too long; it is at most 30d (0 disables engagement)."
-        )
-    return int(seconds)
+        raise InvalidInput(f"engagement_ttl {exc}.") from None
 
 
 def _choice(enum: type[StrEnum], key: str) -> Any:

@@ -594,7 +594,7 @@ def _bad_duration(value: str) -> str | None:
     try:
         parse_duration(value)
     except ValueError as exc:
-        return f"engagement_ttl {_shown(value)} is not valid: {exc}"
+        return f"engagement_ttl {exc}"
     return None
 
 

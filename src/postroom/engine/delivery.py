@@ -10,13 +10,14 @@ stale answers. Delivering an agent's reply renews the chat's engagement (ROUTING
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Protocol
 
 import structlog
 
+from postroom.core.bounds import backoff_s, later
 from postroom.core.errors import PostroomError
 from postroom.core.folders import FolderDefaults
 from postroom.core.jid import split_jid
@@ -252,7 +253,8 @@ class DeliveryLoop:
                         delivery.chat_jid,
                         delivery.topic,
                         delivery.folder,
-                        now + timedelta(seconds=ttl_s),
+                        # Saturates: a stored TTL can never make a sent row fail to commit.
+                        later(now, ttl_s),
                     )
         self._metrics.delivery("sent")
         log.info(
@@ -275,13 +277,13 @@ class DeliveryLoop:
         now = self._clock()
         attempts = delivery.attempts + 1
         delay_s = error.retry_after
-        if delay_s is None:
-            delay_s = min(
-                self._settings.backoff_base_s * 2 ** (attempts - 1), self._settings.max_backoff_s
+        if delay_s is None or not math.isfinite(delay_s):  # unsaid, or said unreadably
+            delay_s = backoff_s(
+                self._settings.backoff_base_s, attempts - 1, maximum_s=self._settings.max_backoff_s
             )
         # Never wait past the TTL: the row is then abandoned on its next turn (see _send).
-        deadline = delivery.created_at + timedelta(seconds=self._settings.ttl_s)
-        next_try = min(now + timedelta(seconds=delay_s), deadline + timedelta(microseconds=1))
+        deadline = later(delivery.created_at, self._settings.ttl_s)
+        next_try = min(later(now, delay_s), later(deadline, 1e-6))
         async with self._store.write() as tx:
             await tx.reschedule_delivery(
                 delivery.id, attempts=attempts, next_try=next_try, error=str(error)

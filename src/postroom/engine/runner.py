@@ -6,11 +6,14 @@ picks the folder's provider and runs the loop: call the model; if it asks for to
 record each call and result as a trace, and call again — at most ``max_model_calls`` times, the
 last call without tools so the model has to answer. Before each call after the first, a
 *steer* callback (``busy_policy = "steer"``, PIPELINE §2) may add the messages that arrived
-meanwhile, so the same run answers them.
+meanwhile, so the same run answers them. Every model call ends within ``call_timeout_s``
+(``llm.call_timeout``) whatever the server does — a stream that trickles forever is cut — and
+the cut is a retryable :class:`ProviderError`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -19,6 +22,7 @@ from typing import Any, Protocol
 import structlog
 
 from postroom.core.context import ContextMessage, ToolCall
+from postroom.core.durations import format_duration
 from postroom.core.folders import FolderSettings
 from postroom.core.messages import Sender
 from postroom.llm.base import (
@@ -107,10 +111,12 @@ class ProviderRunner:
         *,
         max_model_calls: int = 5,
         models: ModelTable | None = None,
+        call_timeout_s: float = 120.0,
     ) -> None:
         self._providers = dict(providers)
         self._max_calls = max(1, max_model_calls)
         self._models = models or ModelTable()
+        self._call_timeout_s = call_timeout_s
 
     def provider_for(self, settings: FolderSettings) -> Provider:
         provider = self._providers.get(settings.provider)
@@ -120,8 +126,27 @@ class ProviderRunner:
                 f"Folder {settings.path} uses provider {settings.provider!r}, which is not "
                 f"configured (configured: {known}).",
                 retryable=False,
+                public=f"the provider {settings.provider} is not configured",
             )
         return provider
+
+    async def complete(
+        self, request: ModelRequest, settings: FolderSettings, *, sink: TextSink | None = None
+    ) -> ModelResponse:
+        """One model call with the folder's provider, ended after ``call_timeout_s``."""
+        provider = self.provider_for(settings)
+        deadline = asyncio.timeout(self._call_timeout_s)
+        try:
+            async with deadline:
+                return await provider.complete(request, sink=sink)
+        except TimeoutError as exc:
+            if not deadline.expired():
+                raise
+            limit = format_duration(self._call_timeout_s)
+            raise ProviderError(
+                f"{settings.provider}: the model call was cut after {limit} (llm.call_timeout)",
+                public=f"{settings.provider} did not answer within {limit}",
+            ) from exc
 
     async def run(
         self,
@@ -132,7 +157,7 @@ class ProviderRunner:
         steer: Steer | None = None,
         sink: TextSink | None = None,
     ) -> AgentResult:
-        provider = self.provider_for(settings)
+        self.provider_for(settings)  # an unknown provider fails before anything runs
         specs = tuple(toolbox.specs()) if toolbox is not None else ()
         messages = list(request.messages)
         traces: list[Trace] = []
@@ -148,7 +173,7 @@ class ProviderRunner:
             current = replace(request, messages=tuple(messages), tools=() if last else specs)
             if sink is not None and calls > 1:
                 sink.restart()  # what the model wrote before calling tools is not the answer
-            response = await provider.complete(current, sink=sink)
+            response = await self.complete(current, settings, sink=sink)
             raws.append(response.raw)
             for key in usage:
                 usage[key] += int(response.usage.get(key, 0))

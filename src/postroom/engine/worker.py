@@ -6,8 +6,13 @@ frozen at enqueue time. The turn's commit point is one transaction that stores t
 the ``assistant`` message, its traces and outbox rows, and marks the turn done — so a turn whose
 answer was stored is never run again, and a crash at any other moment only repeats work not yet
 committed. A run that fails is retried after ``backoff_base × 2^n``; after the last attempt the
-chat gets a host notice. Workers sleep until an enqueue wakes them (a slow timer is the
-backstop for turns another process queued and for retries coming due).
+chat gets a host notice saying, in one sentence, what went wrong (the details — the API's own
+message, an exception — are in the run record). A rate limit is not a failure: when every
+account of the provider rests, the turn is queued again for when the first one is free (at
+most ``max_rest_s``) without using an attempt. A run — context, every model call and tool —
+ends within ``run_timeout_s``; hitting it is a failed run. Workers sleep until an enqueue
+wakes them (a slow timer is the backstop for turns another process queued and for retries
+coming due).
 """
 
 from __future__ import annotations
@@ -19,12 +24,13 @@ import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import structlog
 
+from postroom.core.bounds import backoff_s, capped_s, later
 from postroom.core.context import ContextMessage
-from postroom.core.durations import spoken_duration
+from postroom.core.durations import format_duration, spoken_duration
 from postroom.core.folders import BusyPolicy, FolderDefaults, FolderSettings
 from postroom.engine.answer import AnswerWriter
 from postroom.engine.catalog import Catalog
@@ -39,7 +45,7 @@ from postroom.engine.signals import Signals
 from postroom.engine.streaming import AnswerStream
 from postroom.engine.tools import ToolFactory, TurnToolbox
 from postroom.engine.turns import QueueSettings, reply_chats
-from postroom.llm.base import ModelRequest, ProviderError
+from postroom.llm.base import ModelRequest, ProviderError, RateLimited
 from postroom.store.protocol import Store, StoreTx
 from postroom.store.records import JobKind, JobRecord, JobStatus, RunRecord
 
@@ -50,6 +56,8 @@ log = structlog.get_logger(__name__)
 TYPING_REFRESH_S = 4.0
 #: Why a run was stopped when its lease turned out to be gone.
 LEASE_LOST = "lease lost"
+#: What the chat is told when a run failed for a reason that is not the provider's.
+INTERNAL_ERROR = "an internal error stopped the turn (the details are in the server log)"
 
 
 class _LeaseLost(Exception):
@@ -91,6 +99,8 @@ class WorkerPool:
         answers: AnswerWriter | None = None,
         tools: ToolFactory | None = None,
         folders: FolderService | None = None,
+        run_timeout_s: float = 600.0,
+        max_rest_s: float = 3600.0,
     ) -> None:
         self._store = store
         self._catalog = catalog
@@ -115,6 +125,8 @@ class WorkerPool:
         )
         self._tools = tools
         self._folders = folders
+        self._run_timeout_s = run_timeout_s
+        self._max_rest_s = max_rest_s
         self._running: dict[int, _Running] = {}
         #: Turn tasks not yet ended (``_running`` may hold a requeued job's newer entry).
         self._busy = 0
@@ -209,7 +221,7 @@ class WorkerPool:
         if self._stopping:
             return [], None
         now = self._clock()
-        lease_until = now + timedelta(seconds=self._queue.lease_s)
+        lease_until = later(now, self._queue.lease_s)
         jobs: list[JobRecord] = []
         async with self._store.write() as tx:
             while len(jobs) < want:
@@ -267,18 +279,20 @@ class WorkerPool:
         def elapsed_ms() -> int:
             return int((time.monotonic() - begun) * 1000)
 
+        deadline = asyncio.timeout(self._run_timeout_s)
         try:
-            prepared = await self._context.build(job, settings)
-            request = prepared.request
-            toolbox = self._toolbox(job, settings, chats)
-            steered: list[tuple[str, str]] = []
-            steer = None
-            if settings.busy_policy is BusyPolicy.STEER:
-                steer = self._steer(job, token, prepared, chats, steered)
-            stream = self._stream(job, settings, prepared.answer_chat)
-            result = await self._runner.run(
-                request, settings=settings, toolbox=toolbox, steer=steer, sink=stream
-            )
+            async with deadline:
+                prepared = await self._context.build(job, settings)
+                request = prepared.request
+                toolbox = self._toolbox(job, settings, chats)
+                steered: list[tuple[str, str]] = []
+                steer = None
+                if settings.busy_policy is BusyPolicy.STEER:
+                    steer = self._steer(job, token, prepared, chats, steered)
+                stream = self._stream(job, settings, prepared.answer_chat)
+                result = await self._runner.run(
+                    request, settings=settings, toolbox=toolbox, steer=steer, sink=stream
+                )
             if steered:  # the answer answers these too (and replies to the last of them)
                 job = replace(job, messages=(*job.messages, *steered))
             answer_id = await self._succeed(
@@ -294,12 +308,18 @@ class WorkerPool:
             log.info("turn.cancelled", job_id=job.id, reason=reason)
         except _LeaseLost:
             log.warning("turn.lease_lost", job_id=job.id)
+        except RateLimited as exc:
+            await self._rest(job, token, settings, request, exc, elapsed_ms())
         except ProviderError as exc:
-            await self._failed(job, token, settings, request, str(exc), exc.retryable, elapsed_ms())
+            failure = _Failure(exc.public, str(exc), exc.retryable)
+            await self._failed(job, token, settings, request, failure, elapsed_ms())
         except Exception as exc:  # a bug in a provider or in context building: retry, loudly
-            log.exception("turn.crashed", job_id=job.id)
-            error = f"{type(exc).__name__}: {exc}"
-            await self._failed(job, token, settings, request, error, True, elapsed_ms())
+            if isinstance(exc, TimeoutError) and deadline.expired():
+                failure = self._run_timed_out()
+            else:
+                log.exception("turn.crashed", job_id=job.id)
+                failure = _Failure(INTERNAL_ERROR, f"{type(exc).__name__}: {exc}", True)
+            await self._failed(job, token, settings, request, failure, elapsed_ms())
         finally:
             if stream is not None:
                 stream.close(None)  # no answer (a no-op after the answer closed it)
@@ -338,7 +358,7 @@ class WorkerPool:
         now = self._clock()
         taken: list[tuple[str, str]] = []
         async with self._store.write() as tx:
-            lease_until = now + timedelta(seconds=self._queue.lease_s)
+            lease_until = later(now, self._queue.lease_s)
             if not await tx.renew_lease(job.id, token, lease_until):
                 return taken
             for other in await tx.open_jobs(job.conversation_id):
@@ -447,55 +467,56 @@ class WorkerPool:
             self._signals.stored.wake()
         return committed.answer_id
 
+    def _run_timed_out(self) -> _Failure:
+        limit = format_duration(self._run_timeout_s)
+        return _Failure(
+            f"the turn took longer than {limit}",
+            f"the run was stopped after {limit} (llm.run_timeout)",
+            True,
+        )
+
     async def _failed(
         self,
         job: JobRecord,
         token: str,
         settings: FolderSettings,
         request: ModelRequest | None,
-        error: str,
-        retryable: bool,
+        failure: _Failure,
         duration_ms: int,
     ) -> None:
+        """A failed run: retried after the back-off, or — after the last attempt — failed with
+        a notice of one sentence in the chat. The details go to the run record, the job's
+        ``last_error`` (for operators) and the log, never to the chat."""
         now = self._clock()
         attempts = job.attempts + 1
-        final = attempts >= job.max_attempts or not retryable
+        final = attempts >= job.max_attempts or not failure.retryable
         async with self._store.write() as tx:
-            if request is not None:
-                await tx.insert_run(
-                    _run_record(
-                        job,
-                        settings,
-                        request,
-                        self._clock,
-                        outcome="error",
-                        error=error,
-                        duration_ms=duration_ms,
-                    )
-                )
+            await self._insert_run(
+                tx, job, settings, request, "error", failure.detail, duration_ms=duration_ms
+            )
             if final:
                 if not await tx.finish_job(
                     job.id,
                     token,
                     status=JobStatus.FAILED,
                     now=now,
-                    error=error,
+                    error=failure.detail,
                     attempts=attempts,
                 ):
                     return
                 await self._tell(
-                    tx, job, f"⚠️ could not answer (job {job.id}): {error}", "turn_failed"
+                    tx, job, f"⚠️ could not answer (job {job.id}): {failure.public}", "turn_failed"
                 )
                 if job.task_id is not None:
-                    await tx.update_task(job.task_id, last_status=f"failed: {error}")
+                    await tx.update_task(job.task_id, last_status=f"failed: {failure.public}")
             else:
-                delay_s = self._queue.backoff_base_s * 2**attempts
+                delay_s = backoff_s(self._queue.backoff_base_s, attempts)
                 if not await tx.retry_job_later(
                     job.id,
                     token,
                     attempts=attempts,
-                    run_at=now + timedelta(seconds=delay_s),
-                    error=error,
+                    run_at=later(now, delay_s),
+                    error=failure.detail,
                 ):
                     return
                 if attempts == 1:
@@ -504,7 +525,9 @@ class WorkerPool:
                     wait = spoken_duration(delay_s)
                     await self._tell(tx, job, f"⚠️ trying again in {wait}", "turn_retry")
         self._metrics.turn("error", None)
-        log.warning("turn.failed", job_id=job.id, attempts=attempts, final=final, error=error)
+        log.warning(
+            "turn.failed", job_id=job.id, attempts=attempts, final=final, error=failure.detail
+        )
         if final or attempts == 1:
             self._signals.deliveries.wake()
             self._signals.stored.wake()
@@ -521,6 +544,37 @@ class WorkerPool:
                 metadata={"source": source, "job_id": job.id},
             )
 
+    async def _rest(
+        self,
+        job: JobRecord,
+        token: str,
+        settings: FolderSettings,
+        request: ModelRequest | None,
+        limited: RateLimited,
+        duration_ms: int,
+    ) -> None:
+        """Every account of the provider rests: queue the turn again for when the first one is
+        free (at most ``max_rest_s``), without using an attempt — a rate limit is not a
+        failure (PIPELINE §4)."""
+        asked = limited.retry_after
+        if asked is None:  # a provider outside an account pool, that did not say
+            asked = self._queue.backoff_base_s
+        wait_s = capped_s(asked, self._max_rest_s)
+        async with self._store.write() as tx:
+            await self._insert_run(
+                tx, job, settings, request, "rate_limited", str(limited), duration_ms=duration_ms
+            )
+            if not await tx.retry_job_later(
+                job.id,
+                token,
+                attempts=job.attempts,
+                run_at=later(self._clock(), wait_s),
+                error=str(limited),
+            ):
+                return
+        self._metrics.turn("rate_limited", None)
+        log.info("turn.rate_limited", job_id=job.id, wait_s=wait_s, error=str(limited))
+
     async def _record(
         self,
         job: JobRecord,
@@ -532,16 +586,44 @@ class WorkerPool:
     ) -> None:
         with contextlib.suppress(Exception):  # a record of a cancelled run is best-effort
             async with self._store.write() as tx:
-                await tx.insert_run(
-                    _run_record(
-                        job,
-                        settings,
-                        request,
-                        self._clock,
-                        outcome=outcome,
-                        duration_ms=duration_ms,
-                    )
+                await self._insert_run(
+                    tx, job, settings, request, outcome, None, duration_ms=duration_ms
                 )
+
+    async def _insert_run(
+        self,
+        tx: StoreTx,
+        job: JobRecord,
+        settings: FolderSettings,
+        request: ModelRequest | None,
+        outcome: str,
+        error: str | None,
+        *,
+        duration_ms: int,
+    ) -> None:
+        """The record of a run that produced no answer (failed, rate-limited, cancelled); none
+        when it ended before its request was built."""
+        if request is None:
+            return
+        record = request.to_record()
+        now = self._clock()
+        await tx.insert_run(
+            RunRecord(
+                job_id=job.id,
+                folder=job.folder,
+                conversation_id=job.conversation_id,
+                provider=settings.provider,
+                model=settings.model,
+                system=record["system"],
+                messages=record["messages"],
+                tools=record["tools"],
+                duration_ms=duration_ms,
+                outcome=outcome,
+                error=error,
+                started_at=job.started_at or now,
+                finished_at=now,
+            )
+        )
 
     # -- helpers while a turn runs -------------------------------------------------------------
     async def _keep_lease(self, job_id: int, token: str, entry: _Running) -> None:
@@ -552,9 +634,7 @@ class WorkerPool:
             now = self._clock()
             try:
                 async with self._store.write() as tx:
-                    kept = await tx.renew_lease(
-                        job_id, token, now + timedelta(seconds=self._queue.lease_s)
-                    )
+                    kept = await tx.renew_lease(job_id, token, later(now, self._queue.lease_s))
             except Exception:
                 # A busy or failing store: try again at the next renewal, while the lease lasts.
                 log.exception("turn.lease_renewal_failed", job_id=job_id)
@@ -571,30 +651,10 @@ class WorkerPool:
             await asyncio.sleep(TYPING_REFRESH_S)
 
 
-def _run_record(
-    job: JobRecord,
-    settings: FolderSettings,
-    request: ModelRequest,
-    clock: Clock,
-    *,
-    outcome: str,
-    error: str | None = None,
-    duration_ms: int | None = None,
-) -> RunRecord:
-    """The record of a run that produced no answer (it failed or was cancelled)."""
-    record = request.to_record()
-    return RunRecord(
-        job_id=job.id,
-        folder=job.folder,
-        conversation_id=job.conversation_id,
-        provider=settings.provider,
-        model=settings.model,
-        system=record["system"],
-        messages=record["messages"],
-        tools=record["tools"],
-        duration_ms=duration_ms,
-        outcome=outcome,
-        error=error,
-        started_at=job.started_at or clock(),
-        finished_at=clock(),
-    )
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    """Why a run failed: ``public``, one sentence for the chat; ``detail``, for the record."""
+
+    public: str
+    detail: str
+    retryable: bool

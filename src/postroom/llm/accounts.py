@@ -2,18 +2,21 @@
 
 HTTP 429/529 marks the account limited until its ``retry-after`` — or, when the API gave none,
 for 1, 5, 25, then 60 minutes on successive strikes — and the call moves to the next account at
-once. When every account is resting the call fails with :class:`RateLimited` (the turn's own
-back-off applies). The person only sees a slower answer.
+once. No rest is longer than ``max_rest_s`` (``llm.max_rest``): a ``retry-after`` of years, or
+one that cannot be read, counts as that. When every account is resting the call fails with
+:class:`RateLimited` whose ``retry_after`` is when the first account is free again; the worker
+requeues the turn for then without using an attempt. The person only sees a slower answer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import structlog
 
+from postroom.core.bounds import capped_s, later
 from postroom.llm.base import ModelRequest, ModelResponse, Provider, RateLimited, TextSink
 
 __all__ = ["AccountPool", "AccountStatus"]
@@ -34,13 +37,19 @@ class AccountPool:
     """A :class:`Provider` over the accounts of one provider."""
 
     def __init__(
-        self, name: str, accounts: Sequence[tuple[str, Provider]], *, clock: Callable[[], datetime]
+        self,
+        name: str,
+        accounts: Sequence[tuple[str, Provider]],
+        *,
+        clock: Callable[[], datetime],
+        max_rest_s: float = 3600.0,
     ) -> None:
         if not accounts:
             raise ValueError("an account pool needs at least one account")
         self.name = name
         self._accounts = list(accounts)
         self._clock = clock
+        self._max_rest_s = max_rest_s
         self._until: dict[str, datetime] = {}
         self._strikes: dict[str, int] = {}
 
@@ -79,7 +88,7 @@ class AccountPool:
         reason = f"every {self.name} account is rate-limited"
         if last is not None:
             reason += f" (last: {last})"
-        raise RateLimited(reason, retry_after=wait)
+        raise RateLimited(reason, retry_after=wait, public=f"every {self.name} account is resting")
 
     async def check(self) -> str:
         results = []
@@ -94,8 +103,9 @@ class AccountPool:
     def _rest(self, label: str, retry_after: float | None) -> None:
         strikes = self._strikes.get(label, 0) + 1
         self._strikes[label] = strikes
-        seconds = retry_after if retry_after is not None else LADDER_S[min(strikes, 4) - 1]
-        self._until[label] = self._clock() + timedelta(seconds=seconds)
+        asked = retry_after if retry_after is not None else LADDER_S[min(strikes, 4) - 1]
+        seconds = capped_s(asked, self._max_rest_s)
+        self._until[label] = later(self._clock(), seconds)
         log.warning("provider.account_limited", provider=self.name, account=label, rest_s=seconds)
 
     def _next_free_in(self) -> float | None:

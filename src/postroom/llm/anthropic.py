@@ -50,12 +50,14 @@ from anthropic.types import (
 from postroom.core.context import ContextMessage, ToolCall
 from postroom.core.durations import parse_retry_after
 from postroom.llm.base import (
+    UNREADABLE_ERRORS,
     ModelRequest,
     ModelResponse,
     ProviderError,
     RateLimited,
     TextSink,
     ToolSpec,
+    unreadable,
 )
 
 __all__ = ["AnthropicProvider"]
@@ -103,7 +105,9 @@ class AnthropicProvider:
         messages = _messages(request.messages)
         if not messages:
             raise ProviderError(
-                f"{self._label}: the request has no user message to send", retryable=False
+                f"{self._label}: the request has no user message to send",
+                retryable=False,
+                public="anthropic got no user message to answer",
             )
         model = request.model or self.default_model
         try:
@@ -114,8 +118,11 @@ class AnthropicProvider:
             raise self._translate(exc) from exc
         except httpx2.TransportError as exc:  # raised while a stream is being read
             raise ProviderError(
-                f"{self._label}: the connection broke mid-answer ({type(exc).__name__})"
+                f"{self._label}: the connection broke mid-answer ({type(exc).__name__})",
+                public="anthropic's answer was cut off",
             ) from exc
+        except UNREADABLE_ERRORS as exc:  # a body of another shape than the API's
+            raise unreadable(self.name, self._label, exc) from exc
 
     async def check(self) -> str:
         try:
@@ -174,7 +181,10 @@ class AnthropicProvider:
             async for event in stream:
                 answer.add(event)
         if not answer.stopped:
-            raise ProviderError(f"{self._label}: the stream ended before message_stop")
+            raise ProviderError(
+                f"{self._label}: the stream ended before message_stop",
+                public="anthropic's answer was cut off",
+            )
         return answer.response(account=self.account, fallback_model=model)
 
     def _translate(self, exc: anthropic.AnthropicError) -> ProviderError:
@@ -192,21 +202,43 @@ class AnthropicProvider:
                         now=datetime.now(UTC),
                         millis=exc.response.headers.get("retry-after-ms"),
                     ),
+                    public=f"anthropic is {why}",
                 )
             if status in (401, 403) or kind in _AUTH_TYPES:
                 return ProviderError(
-                    f"{label}: the API key was refused (HTTP {status})", retryable=False
+                    f"{label}: the API key was refused (HTTP {status})",
+                    retryable=False,
+                    public=f"anthropic refused the API key (HTTP {status})",
                 )
             detail = self._scrub(exc.api_message or exc.message)[:300]
             retryable = status >= 500 or status in (200, 408, 409) or kind in _TRANSIENT_TYPES
-            return ProviderError(f"{label}: HTTP {status}: {detail}", retryable=retryable)
+            public = (
+                "anthropic reported an error in the middle of its answer"
+                if status == 200
+                else f"anthropic answered HTTP {status}"
+            )
+            return ProviderError(
+                f"{label}: HTTP {status}: {detail}", retryable=retryable, public=public
+            )
         if isinstance(exc, anthropic.APITimeoutError):
-            return ProviderError(f"{label}: the request timed out")
+            return ProviderError(
+                f"{label}: the request timed out", public="anthropic did not answer in time"
+            )
         if isinstance(exc, anthropic.APIConnectionError):
-            return ProviderError(f"{label}: connection failed ({exc.message})")
+            return ProviderError(
+                f"{label}: connection failed ({exc.message})",
+                public="anthropic could not be reached",
+            )
+        if isinstance(exc, anthropic.APIResponseValidationError):
+            return unreadable(self.name, label, exc)
         if isinstance(exc, anthropic.APIError):
-            return ProviderError(f"{label}: {self._scrub(exc.message)}")
-        return ProviderError(f"{label}: {type(exc).__name__}", retryable=False)
+            return ProviderError(
+                f"{label}: {self._scrub(exc.message)}",
+                public="anthropic reported an error in the middle of its answer",
+            )
+        return ProviderError(
+            f"{label}: {type(exc).__name__}", retryable=False, public="anthropic could not be used"
+        )
 
     def _scrub(self, text: str) -> str:
         return text.replace(self._key, "[key]") if self._key else text

@@ -5,7 +5,9 @@ An adapter turns a :class:`ModelRequest` into its SDK's call and the SDK's answe
 command output becomes a labelled user block where the API has no such role; consecutive
 messages of one role are merged where the API wants alternation). SDK exceptions never leave
 an adapter: they become :class:`ProviderError` — :class:`RateLimited` for HTTP 429/529 and
-"overloaded", with the ``retry-after`` the API gave — chained with ``from exc``.
+"overloaded", with the ``retry-after`` the API gave — chained with ``from exc``. An answer the
+adapter cannot read (a malformed body, a proxy's error page served as JSON) is one of them too
+(:func:`unreadable`), never a Python exception reaching the people in a chat.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from postroom.core.context import ContextMessage, ToolCall
 from postroom.core.errors import PostroomError
 
 __all__ = [
+    "UNREADABLE_ERRORS",
     "ModelRequest",
     "ModelResponse",
     "Provider",
@@ -25,25 +28,52 @@ __all__ = [
     "RateLimited",
     "TextSink",
     "ToolSpec",
+    "unreadable",
 ]
 
 
 class ProviderError(PostroomError):
     """A model call failed. ``retryable`` says whether trying the turn again later may help
-    (a 5xx or a timeout may; a refused key or a malformed request will not)."""
+    (a 5xx or a timeout may; a refused key or a malformed request will not).
 
-    def __init__(self, message: str, *, retryable: bool = True) -> None:
+    ``str()`` holds the details (the account, the API's own message) for the run record and the
+    log; ``public`` is the one sentence people in a chat may see (PIPELINE §4): the provider's
+    name and what went wrong — ``anthropic answered HTTP 500`` — never SDK internals.
+    """
+
+    def __init__(self, message: str, *, retryable: bool = True, public: str | None = None) -> None:
         super().__init__(message)
         self.retryable = retryable
+        self.public = public or message
 
 
 class RateLimited(ProviderError):
     """The provider refused for now (HTTP 429/529, overloaded); ``retry_after`` seconds, when
-    it said (the ``retry-after`` header)."""
+    it said (the ``retry-after`` header; ``math.inf`` when it said something unreadable — the
+    account pool caps it at ``llm.max_rest``)."""
 
-    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
-        super().__init__(message, retryable=True)
+    def __init__(
+        self, message: str, *, retry_after: float | None = None, public: str | None = None
+    ) -> None:
+        super().__init__(message, retryable=True, public=public)
         self.retry_after = retry_after
+
+
+#: What reading a malformed answer raises, inside an SDK or in an adapter (JSON and pydantic
+#: errors are ``ValueError``s; a body of the wrong shape gives attribute and type errors).
+UNREADABLE_ERRORS: tuple[type[Exception], ...] = (
+    ValueError,
+    TypeError,
+    AttributeError,
+    LookupError,
+)
+
+
+def unreadable(provider: str, label: str, exc: BaseException) -> ProviderError:
+    """The error for an answer *provider* sent that could not be read: the exception in the
+    details, a plain sentence for people. Retryable: a proxy's bad moment passes."""
+    detail = f"{label}: the answer could not be read ({type(exc).__name__}: {exc})"
+    return ProviderError(detail[:1000], public=f"{provider}'s answer could not be read")
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,12 +40,14 @@ from google.genai import types as genai_types
 from postroom.core.context import ContextMessage, ToolCall
 from postroom.core.durations import parse_retry_after
 from postroom.llm.base import (
+    UNREADABLE_ERRORS,
     ModelRequest,
     ModelResponse,
     ProviderError,
     RateLimited,
     TextSink,
     ToolSpec,
+    unreadable,
 )
 from postroom.llm.echo import render_for_echo
 
@@ -130,11 +132,13 @@ class GeminiProvider:
                         model=model, contents=contents, config=config
                     )
                 )
+            return self._response(chunks, model)
         except genai_errors.APIError as exc:
             raise self._translate(exc) from exc
         except _TRANSPORT_ERRORS as exc:
             raise self._unreachable(exc) from exc
-        return self._response(chunks, model)
+        except UNREADABLE_ERRORS as exc:  # a body of another shape than the API's
+            raise unreadable(self.name, f"gemini account {self.account!r}", exc) from exc
 
     async def check(self) -> str:
         try:
@@ -166,9 +170,16 @@ class GeminiProvider:
             if candidate.content and candidate.content.parts:
                 parts.extend(candidate.content.parts)
         if block is not None and not parts:
-            raise ProviderError(f"gemini: the prompt was blocked ({block})", retryable=False)
+            raise ProviderError(
+                f"gemini: the prompt was blocked ({block})",
+                retryable=False,
+                public=f"gemini blocked the prompt ({block})",
+            )
         if not chunks or (finish is None and not parts):
-            raise ProviderError(f"gemini: an answer without content for account {self.account!r}")
+            raise ProviderError(
+                f"gemini: an answer without content for account {self.account!r}",
+                public="gemini's answer could not be read",
+            )
         text, calls = _answer(parts)
         if calls:
             stop: str | None = "tool_use"
@@ -196,7 +207,8 @@ class GeminiProvider:
 
     def _unreachable(self, exc: BaseException) -> ProviderError:
         return ProviderError(
-            f"gemini: no answer for account {self.account!r} ({type(exc).__name__})"
+            f"gemini: no answer for account {self.account!r} ({type(exc).__name__})",
+            public="gemini could not be reached",
         )
 
     def _translate(self, exc: genai_errors.APIError) -> ProviderError:
@@ -207,10 +219,13 @@ class GeminiProvider:
             return RateLimited(
                 f"gemini: account {self.account!r} is rate-limited (HTTP {code}): {text}",
                 retry_after=_retry_after(exc),
+                public=f"gemini is rate limiting (HTTP {code})",
             )
         if code == 503 and "overload" in text.lower():
             return RateLimited(
-                f"gemini: the model is overloaded (HTTP 503): {text}", retry_after=_retry_after(exc)
+                f"gemini: the model is overloaded (HTTP 503): {text}",
+                retry_after=_retry_after(exc),
+                public="gemini is overloaded",
             )
         if (
             code in (401, 403)
@@ -221,11 +236,17 @@ class GeminiProvider:
                 f"gemini: the API key of account {self.account!r} was refused "
                 f"(HTTP {code}): {text}",
                 retryable=False,
+                public=f"gemini refused the API key (HTTP {code})",
             )
+        answered = f"gemini answered HTTP {code}" if code else "gemini answered with an error"
         if code in (0, 408) or code >= 500:
-            return ProviderError(f"gemini: server error (HTTP {code} {status}): {text}")
+            return ProviderError(
+                f"gemini: server error (HTTP {code} {status}): {text}", public=answered
+            )
         return ProviderError(
-            f"gemini: the request was refused (HTTP {code} {status}): {text}", retryable=False
+            f"gemini: the request was refused (HTTP {code} {status}): {text}",
+            retryable=False,
+            public=answered,
         )
 
     def _scrub(self, text: str) -> str:

@@ -139,7 +139,9 @@ class LocalProvider:
                 answer = await asyncio.to_thread(self._generate, messages, request.max_tokens)
         except TimeoutError as exc:
             raise ProviderError(
-                f"local: no answer within {self._timeout_s:g} s", retryable=True
+                f"local: no answer within {self._timeout_s:g} s",
+                retryable=True,
+                public="the local model did not answer in time",
             ) from exc
         choice = answer["choices"][0]
         usage: Mapping[str, Any] = answer.get("usage") or {}
@@ -169,7 +171,9 @@ class LocalProvider:
                 )
             except ValueError as exc:  # the prompt does not fit the context window
                 raise ProviderError(
-                    f"local: {exc} (context_tokens is {self._context_tokens})", retryable=False
+                    f"local: {exc} (context_tokens is {self._context_tokens})",
+                    retryable=False,
+                    public="the conversation does not fit the local model's context window",
                 ) from exc
             return answer
 
@@ -186,7 +190,9 @@ class LocalProvider:
             llama_cpp = importlib.import_module("llama_cpp")
         except (ImportError, OSError, RuntimeError) as exc:  # absent, or its native library
             raise ProviderError(
-                f"llama-cpp-python cannot be loaded ({exc}); {install_hint()}", retryable=False
+                f"llama-cpp-python cannot be loaded ({exc}); {install_hint()}",
+                retryable=False,
+                public="the local model cannot be loaded",
             ) from exc
         try:
             self._llama = llama_cpp.Llama(
@@ -197,7 +203,9 @@ class LocalProvider:
             )
         except (ValueError, OSError, RuntimeError) as exc:
             raise ProviderError(
-                f"local: the model {self.model_path} does not load ({exc})", retryable=False
+                f"local: the model {self.model_path} does not load ({exc})",
+                retryable=False,
+                public="the local model cannot be loaded",
             ) from exc
         return self._llama
 

@@ -33,6 +33,7 @@ import ollama
 from postroom.core.context import ContextMessage, ToolCall
 from postroom.core.durations import parse_retry_after
 from postroom.llm.base import (
+    UNREADABLE_ERRORS,
     ModelRequest,
     ModelResponse,
     ProviderError,
@@ -43,6 +44,13 @@ from postroom.llm.base import (
 from postroom.llm.echo import render_for_echo
 
 __all__ = ["DEFAULT_HOST", "OllamaProvider"]
+
+#: No usable answer: the server is unreachable, or it answered something the SDK cannot read.
+_NO_ANSWER: tuple[type[Exception], ...] = (
+    ConnectionError,
+    httpx.TransportError,
+    *UNREADABLE_ERRORS,
+)
 
 DEFAULT_HOST = "http://127.0.0.1:11434"
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens"}
@@ -107,13 +115,13 @@ class OllamaProvider:
                         model=model, messages=messages, tools=tools, options=options
                     )
                 ]
+            return self._response(parts, model)
         except ollama.ResponseError as exc:
             raise self._translate(exc, model, hints) from exc
-        except (ConnectionError, httpx.TransportError, ValueError) as exc:
+        except _NO_ANSWER as exc:
             raise self._unreachable(exc) from exc
         finally:
             self._retry_after.reset(token)
-        return self._response(parts, model)
 
     async def check(self) -> str:
         try:
@@ -144,7 +152,10 @@ class OllamaProvider:
 
     def _response(self, parts: Sequence[ollama.ChatResponse], model: str) -> ModelResponse:
         if not parts or not parts[-1].done:
-            raise ProviderError(f"ollama at {self.host}: the answer stopped before it was done")
+            raise ProviderError(
+                f"ollama at {self.host}: the answer stopped before it was done",
+                public="ollama's answer was cut off",
+            )
         last = parts[-1]
         calls = tuple(
             ToolCall(
@@ -185,38 +196,51 @@ class OllamaProvider:
                 retry_after=parse_retry_after(retry_after[-1], now=datetime.now(UTC))
                 if retry_after
                 else None,
+                public=f"ollama is busy (HTTP {status})",
             )
         if status == 404 and "model" in lowered:
             return ProviderError(
                 f"{where} has no model {model!r}: run `ollama pull {model}` ({text})",
                 retryable=False,
+                public=f"ollama has no model {model} (run `ollama pull {model}`)",
             )
         if status in (401, 403):
             return ProviderError(
                 f"{where} refused account {self.account!r} (HTTP {status}): {text}",
                 retryable=False,
+                public=f"ollama refused the request (HTTP {status})",
             )
         if status == 408 or status >= 500 or status < 0:
             # A negative status is an error reported inside a stream that had begun.
-            return ProviderError(f"{where} failed (HTTP {status}): {text}")
+            public = (
+                f"ollama answered HTTP {status}"
+                if status > 0
+                else "ollama reported an error in the middle of its answer"
+            )
+            return ProviderError(f"{where} failed (HTTP {status}): {text}", public=public)
         return ProviderError(
-            f"{where} refused the request (HTTP {status}): {text}", retryable=False
+            f"{where} refused the request (HTTP {status}): {text}",
+            retryable=False,
+            public=f"ollama answered HTTP {status}",
         )
 
     def _unreachable(self, exc: Exception) -> ProviderError:
-        if isinstance(exc, ValueError):  # JSON or shape the SDK could not read
+        if isinstance(exc, UNREADABLE_ERRORS):  # JSON or shape the SDK could not read
             return ProviderError(
                 f"ollama at {self.host} answered with something that is not Ollama's API "
-                f"({type(exc).__name__}); is base_url right?",
+                f"({type(exc).__name__}: {exc}); is base_url right?"[:1000],
                 retryable=False,
+                public="ollama's answer could not be read",
             )
         if isinstance(exc, httpx.TimeoutException):
             return ProviderError(
-                f"ollama at {self.host} did not answer within {self._timeout_s:g} s"
+                f"ollama at {self.host} did not answer within {self._timeout_s:g} s",
+                public="ollama did not answer in time",
             )
         return ProviderError(
             f"Ollama is not reachable at {self.host} ({type(exc).__name__}): "
-            "is `ollama serve` running?"
+            "is `ollama serve` running?",
+            public="ollama could not be reached (is `ollama serve` running?)",
         )
 
 

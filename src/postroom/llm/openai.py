@@ -40,12 +40,14 @@ from openai.types.chat import (
 from postroom.core.context import ContextMessage, ToolCall
 from postroom.core.durations import parse_retry_after
 from postroom.llm.base import (
+    UNREADABLE_ERRORS,
     ModelRequest,
     ModelResponse,
     ProviderError,
     RateLimited,
     TextSink,
     ToolSpec,
+    unreadable,
 )
 
 __all__ = ["OpenAIProvider"]
@@ -87,7 +89,11 @@ class OpenAIProvider:
                 api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout_s
             )
         except openai.OpenAIError as exc:  # an empty key: a server without keys wants any text
-            raise ProviderError(f"{self._label}: no API key given", retryable=False) from exc
+            raise ProviderError(
+                f"{self._label}: no API key given",
+                retryable=False,
+                public=f"{name} has no API key configured",
+            ) from exc
 
     async def aclose(self) -> None:
         """Close the SDK's HTTP connections."""
@@ -105,8 +111,11 @@ class OpenAIProvider:
             raise self._translate(exc) from exc
         except httpx2.TransportError as exc:  # raised while a stream is being read
             raise ProviderError(
-                f"{self._label}: the connection broke mid-answer ({type(exc).__name__})"
+                f"{self._label}: the connection broke mid-answer ({type(exc).__name__})",
+                public=f"{self.name}'s answer was cut off",
             ) from exc
+        except UNREADABLE_ERRORS as exc:  # a body of another shape than the API's
+            raise unreadable(self.name, self._label, exc) from exc
 
     async def check(self) -> str:
         try:
@@ -130,7 +139,10 @@ class OpenAIProvider:
         )
         completion = raw.parse()
         if not completion.choices:
-            raise ProviderError(f"{self._label}: the answer has no choices")
+            raise ProviderError(
+                f"{self._label}: the answer has no choices",
+                public=f"{self.name}'s answer could not be read",
+            )
         choice = completion.choices[0]
         calls = tuple(
             ToolCall(
@@ -172,14 +184,17 @@ class OpenAIProvider:
             async for chunk in stream:
                 answer.add(chunk)
         if answer.finish_reason is None:
-            raise ProviderError(f"{self._label}: the stream ended before a finish_reason")
+            raise ProviderError(
+                f"{self._label}: the stream ended before a finish_reason",
+                public=f"{self.name}'s answer was cut off",
+            )
         return answer.response(account=self.account)
 
     def _limit(self, request: ModelRequest, field: MaxTokensField) -> int | openai.Omit:
         return request.max_tokens if field == self._max_tokens_field else openai.omit
 
     def _translate(self, exc: openai.OpenAIError) -> ProviderError:
-        label = self._label
+        label, name = self._label, self.name
         if isinstance(exc, openai.APIStatusError):
             status = exc.status_code
             if status in (429, 529):
@@ -190,24 +205,46 @@ class OpenAIProvider:
                         now=datetime.now(UTC),
                         millis=exc.response.headers.get("retry-after-ms"),
                     ),
+                    public=f"{name} is rate limiting (HTTP {status})",
                 )
             if status in (401, 403):
                 # OpenAI's own message quotes part of the key: it is left out.
                 return ProviderError(
-                    f"{label}: the API key was refused (HTTP {status})", retryable=False
+                    f"{label}: the API key was refused (HTTP {status})",
+                    retryable=False,
+                    public=f"{name} refused the API key (HTTP {status})",
                 )
             detail = self._scrub(_api_message(exc.body) or exc.message)[:300]
             retryable = status >= 500 or status in (408, 409)
-            return ProviderError(f"{label}: HTTP {status}: {detail}", retryable=retryable)
+            return ProviderError(
+                f"{label}: HTTP {status}: {detail}",
+                retryable=retryable,
+                public=f"{name} answered HTTP {status}",
+            )
         if isinstance(exc, openai.APITimeoutError):
-            return ProviderError(f"{label}: the request timed out")
+            return ProviderError(
+                f"{label}: the request timed out", public=f"{name} did not answer in time"
+            )
         if isinstance(exc, openai.APIConnectionError):
-            return ProviderError(f"{label}: connection failed ({exc.message})")
+            return ProviderError(
+                f"{label}: connection failed ({exc.message})", public=f"{name} could not be reached"
+            )
+        if isinstance(exc, openai.APIResponseValidationError):
+            return unreadable(name, label, exc)
         if isinstance(exc, openai.APIError):  # e.g. an error event in the middle of a stream
             if _error_code(exc.body) in ("429", "rate_limit_exceeded"):
-                return RateLimited(f"{label}: rate limited mid-stream")
-            return ProviderError(f"{label}: {self._scrub(exc.message)}")
-        return ProviderError(f"{label}: {type(exc).__name__}", retryable=False)
+                return RateLimited(
+                    f"{label}: rate limited mid-stream", public=f"{name} is rate limiting"
+                )
+            return ProviderError(
+                f"{label}: {self._scrub(exc.message)}",
+                public=f"{name} reported an error in the middle of its answer",
+            )
+        return ProviderError(
+            f"{label}: {type(exc).__name__}",
+            retryable=False,
+            public=f"{name} could not be used",
+        )
 
     def _scrub(self, text: str) -> str:
         return text.replace(self._key, "[key]") if self._key else text

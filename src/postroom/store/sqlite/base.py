@@ -13,6 +13,7 @@ process's lock, WAL checkpoints that sync the file — runs on a worker thread
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import sqlite3
 import time
 from collections.abc import Callable, Iterable
@@ -23,7 +24,7 @@ import aiosqlite
 
 from postroom.core.errors import InvalidInput
 
-__all__ = ["Connection", "InlineConnection", "Statements", "ThreadedConnection"]
+__all__ = ["Connection", "InlineConnection", "Statements", "ThreadedConnection", "sha256"]
 
 BUSY_TIMEOUT_MS = 10_000
 
@@ -53,6 +54,11 @@ def _pragmas(busy_timeout_ms: int) -> tuple[str, ...]:
     )
 
 
+def sha256(text: str | None) -> bytes | None:
+    """The SHA-256 of *text*'s UTF-8 bytes: how stored parts are addressed by their content."""
+    return None if text is None else hashlib.sha256(text.encode("utf-8")).digest()
+
+
 class ThreadedConnection:
     """An aiosqlite connection: every statement on its worker thread."""
 
@@ -65,6 +71,8 @@ class ThreadedConnection:
         conn = await aiosqlite.connect(path, isolation_level=None)
         for pragma in _pragmas(BUSY_TIMEOUT_MS):
             await conn.execute(pragma)
+        # Migrations that content-address stored text call it (SQLite has no hash function).
+        await conn.create_function("sha256", 1, sha256, deterministic=True)
         return cls(conn)
 
     async def fetchall(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
@@ -96,13 +104,17 @@ class InlineConnection:
         self._conn = conn
 
     @classmethod
-    def open(cls, path: Path, *, busy_timeout_ms: int = 0) -> InlineConnection:
+    def open(
+        cls, path: Path, *, busy_timeout_ms: int = 0, journal_size_limit: int = -1
+    ) -> InlineConnection:
         conn = sqlite3.connect(path, isolation_level=None)
         for pragma in _pragmas(busy_timeout_ms):
             conn.execute(pragma)
         # Checkpoints copy the WAL into the database file and sync it: milliseconds that must
-        # not be spent on the event loop. The store runs them on the reader's thread instead.
+        # not be spent on the event loop. The store runs them on its maintenance thread.
         conn.execute("PRAGMA wal_autocheckpoint = 0")
+        # When this connection starts the log over, it cuts a longer file down to this size.
+        conn.execute(f"PRAGMA journal_size_limit = {int(journal_size_limit)}")
         return cls(conn)
 
     @property

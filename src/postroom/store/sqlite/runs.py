@@ -1,22 +1,23 @@
-"""Statements on run records and scheduled tasks."""
+"""Statements on run records (their requests stored as shared parts) and scheduled tasks."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
 from postroom.store.records import RunRecord, RunSummary, TaskRecord
-from postroom.store.sqlite.base import Statements
-from postroom.store.sqlite.codec import dump_json, from_iso, load_json, to_iso
+from postroom.store.sqlite.base import Statements, sha256
+from postroom.store.sqlite.codec import dump_json, from_iso, load_json, load_object, to_iso
 
 __all__ = ["RunStatements"]
 
 _RUN_COLUMNS = (
-    "id, job_id, folder, conversation_id, provider, model, account, system, messages, tools, "
-    "output_raw, output, usage, cost, duration_ms, outcome, error, started_at, finished_at, "
-    "purpose"
+    "id, job_id, folder, conversation_id, provider, model, account, parts, output_raw, output, "
+    "usage, cost, duration_ms, outcome, error, started_at, finished_at, purpose"
 )
+#: Hashes looked up in one statement (SQLite allows 32,766 parameters; stay well below).
+_LOOKUP_BATCH = 500
 _TASK_COLUMNS = (
     "id, folder, chat_jid, schedule, tz, prompt, enabled, next_run, last_run, last_status, "
     "created_at, created_by"
@@ -26,11 +27,16 @@ _TASK_CHANGES = {"enabled", "next_run", "last_run", "last_status"}
 
 class RunStatements(Statements):
     async def insert_run(self, run: RunRecord) -> int:
+        """Store a run; its system prompt, messages and tools as shared parts (see
+        ``0004_run_parts.sql``), so a conversation's history is stored once, not at every turn."""
+        bodies = [run.system, *(dump_json(m) for m in run.messages), dump_json(run.tools)]
+        ids = await self._part_ids(bodies)
+        parts = {"system": ids[0], "messages": ids[1:-1], "tools": ids[-1]}
         row = await self._one(
-            "INSERT INTO runs (job_id, folder, conversation_id, provider, model, account, system, "
-            "messages, tools, output_raw, output, usage, cost, duration_ms, outcome, error, "
-            "started_at, finished_at, purpose) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            "INSERT INTO runs (job_id, folder, conversation_id, provider, model, account, parts, "
+            "output_raw, output, usage, cost, duration_ms, outcome, error, started_at, "
+            "finished_at, purpose) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
             (
                 run.job_id,
                 run.folder,
@@ -38,9 +44,7 @@ class RunStatements(Statements):
                 run.provider,
                 run.model,
                 run.account,
-                run.system,
-                dump_json(run.messages),
-                dump_json(run.tools),
+                dump_json(parts),
                 run.output_raw,
                 run.output,
                 None if run.usage is None else dump_json(run.usage),
@@ -59,6 +63,12 @@ class RunStatements(Statements):
         row = await self._one(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,))
         if row is None:
             return None
+        parts = load_object(row[7])
+        system_id, tools_id = int(parts.get("system", 0)), int(parts.get("tools", 0))
+        message_ids = [int(i) for i in parts.get("messages", ())]
+        bodies = await self._part_bodies([system_id, *message_ids, tools_id])
+        system = bodies.get(system_id, "")
+        tools = bodies.get(tools_id)
         return RunRecord(
             id=row[0],
             job_id=row[1],
@@ -67,19 +77,19 @@ class RunStatements(Statements):
             provider=row[4],
             model=row[5],
             account=row[6],
-            system=row[7],
-            messages=load_json(row[8]) or [],
-            tools=load_json(row[9]) or [],
-            output_raw=row[10],
-            output=row[11],
-            usage=load_json(row[12]),
-            cost=row[13],
-            duration_ms=row[14],
-            outcome=row[15],
-            error=row[16],
-            started_at=from_iso(row[17]),
-            finished_at=from_iso(row[18]) if row[18] else None,
-            purpose=row[19],
+            system=system,
+            messages=[load_json(bodies[i]) for i in message_ids],
+            tools=load_json(tools) or [],
+            output_raw=row[8],
+            output=row[9],
+            usage=load_json(row[10]),
+            cost=row[11],
+            duration_ms=row[12],
+            outcome=row[13],
+            error=row[14],
+            started_at=from_iso(row[15]),
+            finished_at=from_iso(row[16]) if row[16] else None,
+            purpose=row[17],
         )
 
     async def list_runs(self, *, folder: str | None, limit: int) -> list[RunSummary]:
@@ -119,6 +129,37 @@ class RunStatements(Statements):
         for job_id, run_id in rows:
             out.setdefault(job_id, []).append(run_id)
         return out
+
+    async def _part_ids(self, bodies: list[str]) -> list[int]:
+        """The id of each body in ``run_parts``, storing the ones not seen before."""
+        hashes = [sha256(body) for body in bodies]
+        known: dict[bytes, int] = {}
+        distinct = list(dict.fromkeys(h for h in hashes if h is not None))
+        for batch, marks in _batches(distinct):
+            for part_id, digest in await self._all(
+                f"SELECT id, sha256 FROM run_parts WHERE sha256 IN ({marks})", batch
+            ):
+                known[bytes(digest)] = int(part_id)
+        ids: list[int] = []
+        for body, digest in zip(bodies, hashes, strict=True):
+            assert digest is not None
+            if digest not in known:
+                row = await self._one(
+                    "INSERT INTO run_parts (sha256, body) VALUES (?, ?) RETURNING id",
+                    (digest, body),
+                )
+                known[digest] = int(row[0])
+            ids.append(known[digest])
+        return ids
+
+    async def _part_bodies(self, ids: list[int]) -> dict[int, str]:
+        bodies: dict[int, str] = {}
+        for batch, marks in _batches(list(dict.fromkeys(ids))):
+            for part_id, body in await self._all(
+                f"SELECT id, body FROM run_parts WHERE id IN ({marks})", batch
+            ):
+                bodies[int(part_id)] = str(body)
+        return bodies
 
     async def insert_task(self, task: TaskRecord) -> int:
         row = await self._one(
@@ -178,6 +219,13 @@ class RunStatements(Statements):
             (task_id,),
         )
         return row is not None
+
+
+def _batches(values: Sequence[Any]) -> Iterator[tuple[Sequence[Any], str]]:
+    """*values* in slices small enough for one ``IN (...)``, each with its placeholders."""
+    for start in range(0, len(values), _LOOKUP_BATCH):
+        batch = values[start : start + _LOOKUP_BATCH]
+        yield batch, ", ".join("?" * len(batch))
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -4,8 +4,9 @@ Three connections (see ``base`` for why two of them run on the event loop's thre
 writes, serialized by an asyncio lock and opened with ``BEGIN IMMEDIATE`` (so a transaction
 that will write takes the database lock up front instead of failing to upgrade later when
 another process — the CLI — writes at the same time); one for reads, which in WAL mode never
-wait for the writer; and one on a worker thread for migrations and WAL checkpoints. Statements
-are raw SQL, grouped by what they touch in the modules this class combines.
+wait for the writer; and one on a worker thread for migrations and WAL checkpoints (``wal``
+keeps the log bounded). Statements are raw SQL, grouped by what they touch in the modules this
+class combines.
 """
 
 from __future__ import annotations
@@ -26,13 +27,12 @@ from postroom.store.sqlite.outbox import OutboxStatements
 from postroom.store.sqlite.queue import QueueStatements
 from postroom.store.sqlite.runs import RunStatements
 from postroom.store.sqlite.tokens import TokenStatements
+from postroom.store.sqlite.wal import Checkpoint, WalKeeper, WalLimits
 
 __all__ = ["SqliteStore", "SqliteTx"]
 
 #: A read in WAL mode waits only while another connection recovers the log: rare and short.
 READ_BUSY_TIMEOUT_MS = 1_000
-#: Commits between two WAL checkpoints (SQLite's own default is about every 1,000 pages).
-CHECKPOINT_EVERY = 500
 
 
 class SqliteTx(
@@ -59,6 +59,8 @@ class SqliteStore:
         writer: InlineConnection,
         reader: InlineConnection,
         maintenance: ThreadedConnection,
+        wal: WalLimits | None = None,
+        page_size: int = 4096,
     ) -> None:
         self.path = path
         self._writer = writer
@@ -67,8 +69,13 @@ class SqliteStore:
         self._write_lock = asyncio.Lock()
         self._read_lock = asyncio.Lock()
         self._closed = False
-        self._commits = 0
-        self._checkpoint: asyncio.Task[None] | None = None
+        self.wal = WalKeeper(
+            path=path,
+            maintenance=maintenance,
+            pause_writes=self._writes_paused,
+            page_size=page_size,
+            limits=wal or WalLimits(),
+        )
         #: The open group of write transactions awaiting their shared commit (see write()).
         self._group: list[asyncio.Future[None]] | None = None
         #: The task that will commit the open group (held so it cannot be collected).
@@ -76,27 +83,43 @@ class SqliteStore:
 
     @classmethod
     async def open(
-        cls, path: Path | str, *, trace: Callable[[str], None] | None = None
+        cls,
+        path: Path | str,
+        *,
+        trace: Callable[[str], None] | None = None,
+        wal: WalLimits | None = None,
     ) -> SqliteStore:
         """Open (creating if needed) the database at *path* and bring its schema up to date.
 
         *trace*, if given, receives every SQL statement the write connection runs (after
-        migrations): a debugging aid, and how tests count transactions.
+        migrations): a debugging aid, and how tests count transactions. *wal* sets when the
+        write-ahead log is checkpointed and truncated (see ``wal``).
         """
         path = Path(path)
+        limits = wal or WalLimits()
         # Migrations run on the maintenance connection's thread: waiting for another process's
         # lock there never stalls the event loop.
         maintenance = await ThreadedConnection.open(path)
         try:
             await apply_migrations(maintenance)
-            writer = InlineConnection.open(path)
+            # From now on it only checkpoints: waiting long for readers would hold up writers.
+            await maintenance.run(f"PRAGMA busy_timeout = {int(limits.busy_ms)}")
+            ((page_size,),) = await maintenance.fetchall("PRAGMA page_size")
+            writer = InlineConnection.open(path, journal_size_limit=limits.truncate_bytes)
             reader = InlineConnection.open(path, busy_timeout_ms=READ_BUSY_TIMEOUT_MS)
         except BaseException:
             await maintenance.close()
             raise
         if trace is not None:
             writer.set_trace_callback(trace)
-        return cls(path=path, writer=writer, reader=reader, maintenance=maintenance)
+        return cls(
+            path=path,
+            writer=writer,
+            reader=reader,
+            maintenance=maintenance,
+            wal=limits,
+            page_size=int(page_size),
+        )
 
     async def __aenter__(self) -> SqliteStore:
         return self
@@ -108,8 +131,7 @@ class SqliteStore:
         if self._closed:
             return
         self._closed = True
-        if self._checkpoint is not None:
-            await self._checkpoint
+        await self.wal.close()
         async with self._write_lock, self._read_lock:
             await self._commit_locked()
             await self._maintenance.close()
@@ -196,18 +218,22 @@ class SqliteStore:
         for member in group:
             if not member.done():
                 member.set_result(None)
-        self._commits += 1
-        if self._commits >= CHECKPOINT_EVERY and self._checkpoint is None and not self._closed:
-            self._commits = 0
-            self._checkpoint = asyncio.create_task(self._run_checkpoint())
+        if not self._closed:
+            self.wal.committed()
 
-    async def _run_checkpoint(self) -> None:
-        """Copy the WAL back into the database on the maintenance thread (see ``base``)."""
-        try:
-            if not self._closed:
-                await self._maintenance.fetchall("PRAGMA wal_checkpoint(PASSIVE)")
-        finally:
-            self._checkpoint = None
+    @asynccontextmanager
+    async def _writes_paused(self) -> AsyncIterator[None]:
+        """No write transaction of this store open, and none begins, inside the block: the open
+        group is committed first; writers wait (asynchronously) for the block to end."""
+        async with self._write_lock:
+            await self._commit_locked()
+            yield
+
+    async def checkpoint(self, *, truncate: bool = False) -> Checkpoint:
+        """Checkpoint the write-ahead log now (``truncate``: and empty it, pausing writes for
+        as long as that takes); see ``wal``."""
+        self._check_open()
+        return await self.wal.checkpoint(truncate=truncate)
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[SqliteTx]:
