@@ -132,7 +132,7 @@ class Gateway:
         *channels* instead of the adapters ``[channels]`` enables; *store* instead of the
         directory's database (an open store, closed with the gateway).
         """
-        store = store if store is not None else await open_store(data_dir)
+        store = store if store is not None else await open_store(data_dir, config.database.url)
         try:
             return await cls._assemble(
                 store, data_dir, config, clock=clock, providers=providers, channels=channels

@@ -44,6 +44,7 @@ from postroom.llm.accounts import AccountPool
 from postroom.llm.base import ModelRequest, ModelResponse, Provider
 from postroom.llm.models import ModelInfo, ModelTable
 from postroom.llm.tokenizer import TokenCounter
+from postroom.store.database import open_database
 from postroom.store.protocol import Store
 from postroom.store.sqlite import SqliteStore
 from postroom.web.chat import WebChat
@@ -71,8 +72,11 @@ __all__ = [
 SECRET_FILE = "web-secret"
 
 
-async def open_store(data_dir: Path) -> SqliteStore:
-    """The data directory's database; a directory ``postroom init`` never made is refused."""
+async def open_store(data_dir: Path, database_url: str | None = None) -> Store:
+    """The PostgreSQL database *database_url* names (PIPELINE §9), else the data directory's
+    SQLite file; a directory ``postroom init`` never made is refused."""
+    if database_url:
+        return await open_database(database_url, data_dir / DATABASE_FILE)
     database = data_dir / DATABASE_FILE
     if not database.exists():
         raise PostroomError(

@@ -28,7 +28,13 @@ from postroom.cli.mcp import mcp
 from postroom.cli.ops import doctor, usage
 from postroom.cli.serve import serve
 from postroom.cli.usage import PostroomGroup
-from postroom.config import DATABASE_FILE, initial_config_text
+from postroom.config import (
+    DATABASE_FILE,
+    add_database_url,
+    initial_config_text,
+    is_database_url,
+)
+from postroom.core.errors import PostroomError
 from postroom.engine.bootstrap import bootstrap
 from postroom.logs import configure_logging
 
@@ -95,12 +101,21 @@ def root(
 def init(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    database: Annotated[
+        str | None,
+        typer.Option(
+            "--database",
+            help="A postgresql:// URL: keep everything in that database, shared by every node.",
+        ),
+    ] = None,
 ) -> None:
     """Create the data directory: postroom.toml with an API token, the database, the folder
     main and the catch-all route. Running it again never overwrites anything."""
     cli = context(ctx)
 
     async def body() -> dict[str, object]:
+        if database is not None and not is_database_url(database):
+            raise PostroomError("--database must be a postgresql:// URL.")
         cli.data_dir.mkdir(parents=True, exist_ok=True)
         path = config_path(cli)
         token: str | None = None
@@ -111,12 +126,18 @@ def init(
             token = secrets.token_urlsafe(32)
             path.write_text(
                 initial_config_text(
-                    token=token, provider=detected.provider, provider_model=detected.model
+                    token=token,
+                    provider=detected.provider,
+                    provider_model=detected.model,
+                    database_url=database,
                 ),
                 "utf-8",
             )
             path.chmod(0o600)
             wrote_config = True
+        elif database is not None:
+            add_database_url(path, cli.config().database.url, database)
+        configured = cli.config().database.url
         existed = (cli.data_dir / DATABASE_FILE).exists()
         async with services_for(cli, require=False) as services:
             report = await bootstrap(services, actor=actor())
@@ -124,7 +145,8 @@ def init(
             "data_dir": str(cli.data_dir),
             "config": str(path),
             "config_created": wrote_config,
-            "database_created": not existed,
+            "database_created": report.created_folder if configured else not existed,
+            "database": "postgresql" if configured else "sqlite",
             "folder_created": "main" if report.created_folder else None,
             "route_created": report.route_id,
             "token": token,
@@ -144,7 +166,9 @@ def init(
             stdout.print(ECHO_HINT, markup=False, highlight=False)
     else:
         stdout.print(f"Kept the existing {result['config']}")
-    if result["database_created"]:
+    if result["database_created"] and result["database"] == "postgresql":
+        stdout.print("Created the schema in the PostgreSQL database")
+    elif result["database_created"]:
         stdout.print(f"Created the database in {result['data_dir']}")
     if result["folder_created"]:
         stdout.print(f'Created folder main and route {result["route_created"]}: 9999 "" → main')

@@ -3,6 +3,8 @@
 Hot paths are raw SQL through the driver; schema changes are numbered migrations.
 """
 
+from postroom.store.database import open_database
+from postroom.store.postgres import PostgresStore
 from postroom.store.protocol import PriorOutcome, Store, StoreTx, TurnRow
 from postroom.store.records import (
     DropRecord,
@@ -16,6 +18,7 @@ from postroom.store.sqlite import SchemaTooNew, SqliteStore
 __all__ = [
     "DropRecord",
     "NewMessage",
+    "PostgresStore",
     "PriorOutcome",
     "RouteAuditRecord",
     "RouteRecord",
@@ -25,4 +28,5 @@ __all__ = [
     "Store",
     "StoreTx",
     "TurnRow",
+    "open_database",
 ]

@@ -1,0 +1,24 @@
+"""Which store a deployment uses: SQLite in the data directory, or the PostgreSQL database
+``[database] url`` names (PIPELINE §9)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from postroom.core.errors import PostroomError
+from postroom.store.postgres import PostgresStore, is_postgres_url
+from postroom.store.protocol import Store
+from postroom.store.sqlite import SqliteStore
+
+__all__ = ["open_database"]
+
+
+async def open_database(url: str | None, sqlite_path: Path) -> Store:
+    """The PostgreSQL store at *url* when one is given, else the SQLite file *sqlite_path*."""
+    if not url:
+        return await SqliteStore.open(sqlite_path)
+    if not is_postgres_url(url):
+        raise PostroomError(
+            f"[database] url must start with postgresql:// (got {url.split(':', 1)[0]}:…)."
+        )
+    return await PostgresStore.open(url)
