@@ -1,7 +1,7 @@
 """Fixtures shared by every test directory.
 
 The storage, queue, ingest, delivery, scheduler and worker suites run against both engines: a
-module opts in with ``pytestmark = pytest.mark.usefixtures("engine")`` (every test then runs
+module opts in with ``pytestmark = pytest.mark.usefixtures("db_engine")`` (every test then runs
 once on SQLite and once on PostgreSQL) or takes the ``store`` fixture. PostgreSQL tests use a
 database of their own, ``postroom_test_<random>``, made for the test run and dropped after it;
 each test gets a fresh schema in it. Without a server they are skipped, saying why; with
@@ -75,7 +75,7 @@ def pg_url(pg_database: str) -> str:
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
-def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+def db_engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """The engine of this run of the test; the helpers that open a store read it from
     ``POSTROOM_TEST_DATABASE_URL`` (empty: SQLite in the data directory)."""
     if request.param == "postgres":
@@ -86,7 +86,7 @@ def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> s
 
 
 @pytest.fixture
-async def store(engine: str, tmp_path: Path) -> AsyncIterator[Store]:
+async def store(db_engine: str, tmp_path: Path) -> AsyncIterator[Store]:
     """An open store of this run's engine."""
     opened = await open_database(os.environ.get(ENGINE_URL_VARIABLE), tmp_path / "postroom.db")
     try:

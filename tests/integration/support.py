@@ -23,7 +23,7 @@ from postroom.config import Config
 from postroom.core import InboundMessage, Trigger, Verb
 from postroom.core.folders import FolderDefaults
 from postroom.engine import FolderSpec, IngestLimits, Services
-from postroom.store import SqliteStore
+from postroom.store import SqliteStore, Store, open_database
 from postroom.store.records import RunRecord
 
 from gateway_support import new_data_dir
@@ -95,7 +95,12 @@ async def open_services(
     trace: Callable[[str], None] | None = None,
     name: str = "postroom.db",
 ) -> Services:
-    store = await SqliteStore.open(tmp_path / name, trace=trace)
+    url = os.environ.get("POSTROOM_TEST_DATABASE_URL")
+    store: Store = (
+        await open_database(url, tmp_path / name)
+        if url and trace is None
+        else await SqliteStore.open(tmp_path / name, trace=trace)
+    )
     return Services.build(
         store,
         folders_dir=tmp_path / "folders",
@@ -110,9 +115,20 @@ async def open_gateway(tmp_path: Path, clock: Callable[[], datetime]) -> Gateway
     """``postroom serve``'s components (``Gateway.build``) over a fresh data directory in
     *tmp_path*, with the same limits as :func:`open_services`; nothing is started."""
     config = Config.model_validate(
-        {"limits": {"content_bytes": 4096}, "routing": {"missing_folder_notice": "1h"}}
+        {
+            "limits": {"content_bytes": 4096},
+            "routing": {"missing_folder_notice": "1h"},
+            **engine_section(),
+        }
     )
     return await Gateway.build(await new_data_dir(tmp_path), config, clock=clock)
+
+
+def engine_section() -> dict[str, dict[str, str]]:
+    """The ``[database]`` section of the engine the test runs on (see the ``db_engine``
+    fixture): none for SQLite."""
+    url = os.environ.get("POSTROOM_TEST_DATABASE_URL")
+    return {"database": {"url": url}} if url else {}
 
 
 async def seed_spec_table(services: Services) -> None:

@@ -54,6 +54,9 @@ from postroom.store.sqlite import base as sqlite_base
 from fakeclock import FakeClock
 from support import eventually, inbound, open_gateway, seed_spec_table
 
+#: Every test runs on SQLite and on PostgreSQL.
+pytestmark = pytest.mark.usefixtures("db_engine")
+
 GUILD = "discord:guild/77/channel/3"
 ABANDONED_PREFIX = "⚠️ a message could not be delivered"
 

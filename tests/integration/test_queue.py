@@ -27,6 +27,9 @@ from gateway_support import new_data_dir
 from support import eventually, inbound, queue_idle
 from turn_rig import Rig, all_jobs, answers, fire, rows, settled
 
+#: Every test runs on SQLite and on PostgreSQL.
+pytestmark = pytest.mark.usefixtures("db_engine")
+
 OWNER = "telegram:user/1"
 OWNERS = {"senders": [OWNER]}
 

@@ -44,6 +44,9 @@ from postroom.store.sqlite import base as sqlite_base
 from fakeclock import FakeClock
 from support import eventually, inbound, open_gateway
 
+#: Every test runs on SQLite and on PostgreSQL.
+pytestmark = pytest.mark.usefixtures("db_engine")
+
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)  # the FakeClock's start (a Monday)
 CHAT = "telegram:group/7"
 PERSONA = "You are the reporter. You write the daily report in three bullet points."

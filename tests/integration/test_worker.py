@@ -41,6 +41,9 @@ from turn_rig import (
     turn_task_alive,
 )
 
+#: Every test runs on SQLite and on PostgreSQL.
+pytestmark = pytest.mark.usefixtures("db_engine")
+
 
 @pytest.fixture
 async def rig(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Rig]:

@@ -22,7 +22,7 @@ from postroom.store.records import JobRecord, JobStatus
 
 from fakeclock import FakeClock
 from gateway_support import new_data_dir
-from support import eventually, inbound, seed_spec_table
+from support import engine_section, eventually, inbound, seed_spec_table
 
 #: The configuration every server of the rig starts from; a test overrides whole keys.
 BASE_CONFIG: Mapping[str, Mapping[str, Any]] = {
@@ -60,7 +60,7 @@ class Rig:
         if seed:
             await new_data_dir(self.data_dir)
             self._seeded.add(self.data_dir)
-        merged = {name: dict(keys) for name, keys in BASE_CONFIG.items()}
+        merged = {name: dict(keys) for name, keys in {**BASE_CONFIG, **engine_section()}.items()}
         for name, keys in sections.items():
             merged[name] = {**merged.get(name, {}), **keys}
         gateway = await Gateway.build(

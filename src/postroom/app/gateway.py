@@ -34,7 +34,10 @@ from postroom.app.wiring import (
     build_workers,
     delivery_loop,
     open_store,
+    signing_secret,
+    this_node,
     transcriber,
+    wake_for,
 )
 from postroom.channels.base import BaseChannel, ChannelContext
 from postroom.channels.http import WebhookSession
@@ -43,12 +46,14 @@ from postroom.core.errors import ConfigError, PostroomError
 from postroom.engine.clock import Clock, system_clock
 from postroom.engine.delivery import DeliveryLoop
 from postroom.engine.feed import MessageFeed
+from postroom.engine.nodes import NodeService
 from postroom.engine.services import Services
 from postroom.engine.signals import Signals
 from postroom.engine.tasks import Scheduler, TaskService
 from postroom.engine.worker import WorkerPool
 from postroom.llm.base import Provider
 from postroom.mcp import McpEndpoint, allowed_hosts
+from postroom.store.postgres import PostgresStore
 from postroom.store.protocol import Store
 
 __all__ = ["Gateway", "check_bind", "serve"]
@@ -113,6 +118,8 @@ class Gateway:
     mcp: McpEndpoint | None = None
     #: Where ``serve.json`` is written while :meth:`run` listens.
     data_dir: Path | None = None
+    #: This process's row among the nodes sharing the database (PIPELINE §9).
+    nodes: NodeService | None = None
 
     @classmethod
     async def build(
@@ -171,8 +178,20 @@ class Gateway:
         sinks, webhooks = build_sinks(config)
         host = ChannelHost(adapters, signals=signals, sinks=sinks)
         voice = transcriber(config)
+        nodes = NodeService(store=store, me=this_node(data_dir, clock()), clock=clock)
+        if isinstance(store, PostgresStore):
+            # Work another node commits wakes this one's loops at once (the polls are the
+            # backstop).
+            await store.listen(lambda channel: wake_for(signals, channel))
         http = build_http(
-            services, data_dir, config, providers=models, channels=host, metrics=metrics
+            services,
+            data_dir,
+            config,
+            providers=models,
+            channels=host,
+            metrics=metrics,
+            secret=await signing_secret(store, data_dir, config),
+            nodes=nodes,
         )
         mcp = _mcp_endpoint(services, config)
         if mcp is not None:
@@ -202,6 +221,7 @@ class Gateway:
             providers=models,
             mcp=mcp,
             data_dir=data_dir,
+            nodes=nodes,
         )
 
     _stop: asyncio.Event | None = None
@@ -266,6 +286,8 @@ class Gateway:
             await serving  # raises the bind error, if any
             raise PostroomError(f"The HTTP server on {host}:{port} stopped at start.")
         log.info("serve.ready", host=host, port=port, pid=os.getpid())
+        if self.nodes is not None:
+            await self.nodes.start(host=host, port=port)
         if self.data_dir is not None:
             # INTERFACES §1: the CLI finds this server (and its real port) here.
             write_serve_file(self.data_dir, host, port)
@@ -280,6 +302,8 @@ class Gateway:
             if self.data_dir is not None:
                 remove_serve_file(self.data_dir)
         log.info("serve.stopping")
+        if self.nodes is not None:
+            await self.nodes.stop()
         server.should_exit = True
         await self.channels.stop()
         await self.workers.stop()

@@ -8,10 +8,12 @@ that builds the gateway (with fakes in its keyword seams) exercises exactly this
 from __future__ import annotations
 
 import hashlib
+import os
 import secrets
 import socket
 import uuid
 from collections.abc import Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +36,7 @@ from postroom.engine.delivery import DeliveryLoop, DeliverySettings, SinkRouter
 from postroom.engine.enrich import Enricher, Transcribe
 from postroom.engine.ingest import IngestLimits
 from postroom.engine.memory import MemoryService
+from postroom.engine.nodes import NodeService
 from postroom.engine.runner import ProviderRunner
 from postroom.engine.services import Services
 from postroom.engine.signals import Signals
@@ -46,6 +49,7 @@ from postroom.llm.models import ModelInfo, ModelTable
 from postroom.llm.tokenizer import TokenCounter
 from postroom.store.database import open_database
 from postroom.store.protocol import Store
+from postroom.store.records import NodeRecord
 from postroom.store.sqlite import SqliteStore
 from postroom.web.chat import WebChat
 from postroom.web.tui_socket import TuiSocket
@@ -65,7 +69,10 @@ __all__ = [
     "owner_id",
     "provider_status",
     "queue_settings",
+    "signing_secret",
+    "this_node",
     "transcriber",
+    "wake_for",
     "web_secret",
 ]
 
@@ -172,6 +179,31 @@ def model_table(config: Config) -> ModelTable:
             for name, m in config.models.items()
         }
     )
+
+
+def this_node(data_dir: Path, now: datetime) -> NodeRecord:
+    """This process as a node (PIPELINE §9); host and port are filled in when it listens."""
+    return NodeRecord(
+        id=owner_id(data_dir),
+        name=f"{socket.gethostname()}:{data_dir.resolve().name}",
+        boot_id=uuid.uuid4().hex,
+        host="",
+        port=0,
+        pid=os.getpid(),
+        started_at=now,
+        heartbeat_at=now,
+    )
+
+
+def wake_for(signals: Signals, channel: str) -> None:
+    """Wake the loop a PostgreSQL notification is for (another node committed its work)."""
+    waker = {
+        "postroom_turns": signals.turns,
+        "postroom_deliveries": signals.deliveries,
+        "postroom_messages": signals.stored,
+    }.get(channel)
+    if waker is not None:
+        waker.wake()
 
 
 def owner_id(data_dir: Path) -> str:
@@ -300,6 +332,16 @@ def provider_status(providers: Mapping[str, Provider]) -> list[dict[str, Any]]:
     return out
 
 
+async def signing_secret(store: Store, data_dir: Path, config: Config) -> bytes:
+    """The key cookies and visitor sessions are signed with: in the database when nodes share
+    one (PIPELINE §9: any node then accepts what another signed), else in the data directory."""
+    if config.database.url:
+        async with store.write() as tx:
+            text = await tx.shared_secret("web", new=secrets.token_hex(32))
+        return text.encode()
+    return web_secret(data_dir)
+
+
 def web_secret(data_dir: Path) -> bytes:
     path = data_dir / SECRET_FILE
     if not path.exists():
@@ -316,6 +358,8 @@ def build_http(
     providers: Mapping[str, Provider],
     channels: ChannelHost,
     metrics: PrometheusMetrics,
+    secret: bytes,
+    nodes: NodeService,
 ) -> FastAPI:
     """The HTTP side: the API, the web chat, the terminal UI's socket and the adapters' hooks."""
     http = create_api(
@@ -325,13 +369,14 @@ def build_http(
             render_metrics=metrics.render,
             provider_status=lambda: provider_status(providers),
             channel_status=channels.status,
+            node_status=nodes.list,
         ),
         body_limit=config.limits.body_bytes,
     )
     web = WebChat(
         services=services,
         token=config.api.token,
-        secret=web_secret(data_dir),
+        secret=secret,
         assistant_name=config.assistant.name,
         setup_hint=ECHO_HINT if config.defaults.provider == "echo" else None,
     )

@@ -25,6 +25,7 @@ from postroom.cli.common import (
     stdout,
 )
 from postroom.cli.mcp import mcp
+from postroom.cli.nodes import nodes
 from postroom.cli.ops import doctor, usage
 from postroom.cli.serve import serve
 from postroom.cli.usage import PostroomGroup
@@ -62,6 +63,7 @@ app.command("doctor")(doctor)
 app.command("chat")(chat)
 app.command("channels")(channels)
 app.command("mcp")(mcp)
+app.command("nodes")(nodes)
 
 
 def _version(value: bool) -> None:

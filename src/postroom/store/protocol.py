@@ -29,6 +29,7 @@ from postroom.store.records import (
     NewDelivery,
     NewJob,
     NewMessage,
+    NodeRecord,
     RouteAuditRecord,
     RouteRecord,
     RouteSpec,
@@ -429,6 +430,22 @@ class StoreTx(Protocol):
         ...
 
     async def delete_token(self, name: str) -> bool: ...
+
+    # -- nodes (PIPELINE §9) and shared secrets ---------------------------------------------------
+    async def register_node(self, node: NodeRecord) -> None:
+        """Insert or replace a node's row (a restarted node keeps its id, with a new boot)."""
+        ...
+
+    async def heartbeat_node(self, node_id: str, *, at: datetime) -> None: ...
+
+    async def remove_node(self, node_id: str) -> None: ...
+
+    async def list_nodes(self) -> list[NodeRecord]: ...
+
+    async def shared_secret(self, name: str, *, new: str) -> str:
+        """The secret stored under *name*, storing *new* first if there is none (every node
+        then signs cookies and sessions with the same key)."""
+        ...
 
 
 class Store(Protocol):

@@ -18,6 +18,7 @@ from typing import Any
 import asyncpg
 
 from postroom.store.postgres.connection import PgConnection
+from postroom.store.postgres.nodes import NodeStatements
 from postroom.store.protocol import StoreTx
 from postroom.store.records import (
     DeliveryRecord,
@@ -36,6 +37,7 @@ from postroom.store.sqlite.messages import MessageStatements
 from postroom.store.sqlite.outbox import DELIVERY_COLUMNS, OutboxStatements, delivery_from_row
 from postroom.store.sqlite.queue import JOB_COLUMNS, QueueStatements, job_from_row
 from postroom.store.sqlite.runs import TASK_COLUMNS, RunStatements, task_from_row
+from postroom.store.sqlite.secrets import SingleServerStatements
 from postroom.store.sqlite.tokens import TokenStatements
 
 __all__ = ["CHANNELS", "DELIVERY_CLAIM_S", "PgTx"]
@@ -57,6 +59,8 @@ class PgTx(
     RunStatements,
     MemoryStatements,
     TokenStatements,
+    NodeStatements,
+    SingleServerStatements,
     StoreTx,
 ):
     """Every statement postroom runs, on the connection of one PostgreSQL transaction."""

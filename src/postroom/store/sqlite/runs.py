@@ -144,8 +144,11 @@ class RunStatements(Statements):
         for body, digest in zip(bodies, hashes, strict=True):
             assert digest is not None
             if digest not in known:
+                # ON CONFLICT: on a database shared by several processes another may store
+                # the same part meanwhile; this waits for it and takes its row.
                 row = await self._one(
-                    "INSERT INTO run_parts (sha256, body) VALUES (?, ?) RETURNING id",
+                    "INSERT INTO run_parts (sha256, body) VALUES (?, ?) "
+                    "ON CONFLICT (sha256) DO UPDATE SET body = excluded.body RETURNING id",
                     (digest, body),
                 )
                 known[digest] = int(row[0])
