@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
+import pytest
 import structlog
 
 from postroom.app.gateway import Gateway
@@ -122,6 +123,17 @@ async def open_gateway(tmp_path: Path, clock: Callable[[], datetime]) -> Gateway
         }
     )
     return await Gateway.build(await new_data_dir(tmp_path), config, clock=clock)
+
+
+#: For a test of SQLite's own locking: it runs on SQLite only (not skipped on PostgreSQL).
+SQLITE_ONLY = pytest.mark.parametrize("db_engine", ["sqlite"], indirect=True)
+
+
+async def another_process_store(data_dir: Path) -> Store:
+    """The data directory's database opened a second time, as another process would."""
+    return await open_database(
+        os.environ.get("POSTROOM_TEST_DATABASE_URL"), data_dir / "postroom.db"
+    )
 
 
 def engine_section() -> dict[str, dict[str, str]]:

@@ -137,7 +137,7 @@ def turn_task_alive(job_id: int) -> bool:
 
 #: Parts of the statements of the dispatcher's claim and of the lease sweeper.
 CLAIM = "UPDATE jobs SET status = 'running'"
-SWEEP = "WHERE status = 'running' AND lease_until < '"
+SWEEP = "WHERE status = 'running' AND lease_until < "
 
 
 @contextlib.contextmanager
@@ -151,7 +151,8 @@ def statements(services: Services, part: str) -> Iterator[list[float]]:
         if part in sql:
             seen.append(time.monotonic())
 
-    writer = services.store._writer  # type: ignore[attr-defined]
+    # SQLite traces its write connection; PostgreSQL every statement of the store.
+    writer = getattr(services.store, "_writer", services.store)
     writer.set_trace_callback(trace)
     try:
         yield seen

@@ -194,9 +194,9 @@ class DeliveryLoop:
     async def deliver_due(self) -> bool:
         """Send one round of due rows (at most one per chat); True if there were any."""
         async with self._round:
-            # A write: on a database shared by several nodes, taking a chat's oldest row
-            # holds it for this node until it is sent (PIPELINE §9).
-            async with self._store.write() as tx:
+            # On a database shared by several nodes, taking a chat's oldest row holds it for
+            # this node until it is sent (PIPELINE §9).
+            async with self._store.claim() as tx:
                 due = await tx.due_deliveries(now=self._clock(), limit=self._settings.batch)
             if not due:
                 return False

@@ -459,4 +459,10 @@ class Store(Protocol):
         """A write transaction, committed when the block exits normally, else rolled back."""
         ...
 
+    def claim(self) -> AbstractAsyncContextManager[StoreTx]:
+        """The transaction the delivery loop takes due outbox rows in: a write where several
+        processes share the database (taking a row holds it for this one), a read where one
+        server owns it (SQLite)."""
+        ...
+
     async def close(self) -> None: ...

@@ -10,6 +10,7 @@ one-sentence error the SQLite store gives.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import asyncpg
@@ -46,20 +47,25 @@ def numbered(sql: str) -> str:
 class PgConnection:
     """Statements on one pooled connection, inside the transaction the store opened."""
 
-    def __init__(self, conn: RawConnection) -> None:
+    def __init__(self, conn: RawConnection, trace: Callable[[str], None] | None = None) -> None:
         self._conn = conn
+        self._trace = trace
 
     @property
     def raw(self) -> RawConnection:
         return self._conn
 
     async def fetchall(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        if self._trace is not None:
+            self._trace(sql)
         try:
             return list(await self._conn.fetch(numbered(sql), *params))
         except _UNSTORABLE as exc:
             raise _refused(exc) from exc
 
     async def run(self, sql: str, params: tuple[Any, ...] = ()) -> int:
+        if self._trace is not None:
+            self._trace(sql)
         try:
             status = await self._conn.execute(numbered(sql), *params)
         except _UNSTORABLE as exc:
@@ -71,6 +77,8 @@ class PgConnection:
     async def run_many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
         if not rows:
             return
+        if self._trace is not None:
+            self._trace(sql)
         try:
             await self._conn.executemany(numbered(sql), rows)
         except _UNSTORABLE as exc:

@@ -10,7 +10,7 @@ and one more connection listens for them on behalf of the whole process.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import asyncpg
 import structlog
@@ -34,12 +34,21 @@ def is_postgres_url(url: str | None) -> bool:
 class PostgresStore:
     """A :class:`~postroom.store.protocol.Store` in a PostgreSQL database."""
 
-    def __init__(self, *, url: str, pool: asyncpg.Pool) -> None:
+    def __init__(self, *, url: str, pool: asyncpg.Pool, own_backends: set[int]) -> None:
         self.url = url
         self._pool = pool
+        #: The server processes of this store's own connections: what this process commits
+        #: already woke its loops, so its own notifications are not passed on again.
+        self._own_backends = own_backends
         self._listeners: list[Listener] = []
         self._listen_conn: asyncpg.Connection | None = None
         self._closed = False
+        self._trace: Callable[[str], None] | None = None
+
+    def set_trace_callback(self, trace: Callable[[str], None] | None) -> None:
+        """Have *trace* receive every statement the store runs (a debugging aid, and how tests
+        watch the queue being looked at)."""
+        self._trace = trace
 
     @classmethod
     async def open(cls, url: str, *, min_size: int = 2, max_size: int = 16) -> PostgresStore:
@@ -52,8 +61,13 @@ class PostgresStore:
             await apply_pg_migrations(first)
         finally:
             await first.close()
-        pool = await asyncpg.create_pool(url, min_size=min_size, max_size=max_size)
-        return cls(url=url, pool=pool)
+        own: set[int] = set()
+
+        async def remember(conn: asyncpg.Connection) -> None:
+            own.add(conn.get_server_pid())
+
+        pool = await asyncpg.create_pool(url, min_size=min_size, max_size=max_size, init=remember)
+        return cls(url=url, pool=pool, own_backends=own)
 
     async def __aenter__(self) -> PostgresStore:
         return self
@@ -80,10 +94,14 @@ class PostgresStore:
         touched are notified once each, in the same commit."""
         self._check_open()
         async with self._pool.acquire() as conn, conn.transaction():
-            tx = PgTx(PgConnection(conn))
+            tx = PgTx(PgConnection(conn, self._trace))
             yield tx
             for channel in sorted(tx.notify):
                 await conn.execute("SELECT pg_notify($1, '')", channel)
+
+    def claim(self) -> AbstractAsyncContextManager[PgTx]:
+        # Taking a chat's oldest delivery writes who holds it (see PgTx.due_deliveries).
+        return self.write()
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[PgTx]:
@@ -92,7 +110,7 @@ class PostgresStore:
             self._pool.acquire() as conn,
             conn.transaction(isolation="repeatable_read", readonly=True),
         ):
-            yield PgTx(PgConnection(conn))
+            yield PgTx(PgConnection(conn, self._trace))
 
     async def listen(self, listener: Listener) -> None:
         """Call *listener* with the channel's name whenever another transaction (of any
@@ -107,6 +125,8 @@ class PostgresStore:
         self._listen_conn = conn
 
     def _notified(self, conn: object, pid: int, channel: str, payload: object) -> None:
+        if pid in self._own_backends:
+            return
         for listener in list(self._listeners):
             try:
                 listener(channel)

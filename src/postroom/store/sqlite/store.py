@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 from postroom.store.protocol import StoreTx
@@ -236,6 +236,10 @@ class SqliteStore:
         as long as that takes); see ``wal``."""
         self._check_open()
         return await self.wal.checkpoint(truncate=truncate)
+
+    def claim(self) -> AbstractAsyncContextManager[SqliteTx]:
+        # One server per file (PIPELINE §2): no other process sends from this outbox.
+        return self.read()
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[SqliteTx]:
