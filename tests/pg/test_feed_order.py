@@ -76,6 +76,12 @@ async def test_a_later_seq_cannot_commit_first_so_the_feed_sees_both(
     assert [e.data["id"] for e in drain(live)] == ["first", "second"]
 
 
+async def _store_then_fail(store: PostgresStore) -> None:
+    async with store.write() as tx:
+        await tx.insert_message(message("rolled-back"))
+        raise RuntimeError("boom")
+
+
 async def test_a_failed_transaction_leaves_no_gap_the_feed_waits_on(
     nodes: tuple[PostgresStore, PostgresStore],
 ) -> None:
@@ -85,9 +91,7 @@ async def test_a_failed_transaction_leaves_no_gap_the_feed_waits_on(
     await feed.start_at_end()
     live = signals.bus.subscribe(kinds=frozenset({"message"}))
     with pytest.raises(RuntimeError):
-        async with node_a.write() as tx:
-            await tx.insert_message(message("rolled-back"))
-            raise RuntimeError("boom")
+        await _store_then_fail(node_a)
     async with node_a.write() as tx:
         await tx.insert_message(message("kept"))
     assert await feed.publish_new() == 1
