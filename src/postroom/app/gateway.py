@@ -180,6 +180,7 @@ class Gateway:
         voice = transcriber(config)
         nodes = NodeService(store=store, me=this_node(data_dir, clock()), clock=clock)
         if isinstance(store, PostgresStore):
+            store.node = nodes.me.id
             # Work another node commits wakes this one's loops at once (the polls are the
             # backstop).
             await store.listen(lambda channel: wake_for(signals, channel))

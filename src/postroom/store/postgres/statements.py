@@ -65,9 +65,11 @@ class PgTx(
 ):
     """Every statement postroom runs, on the connection of one PostgreSQL transaction."""
 
-    def __init__(self, conn: PgConnection) -> None:
+    def __init__(self, conn: PgConnection, *, node: str = "") -> None:
         super().__init__(conn)
         self._pg = conn
+        #: The node this process is: it names the deliveries this node is sending.
+        self._node = node
         #: The channels to notify when this transaction commits.
         self.notify: set[str] = set()
 
@@ -187,6 +189,14 @@ class PgTx(
         released = await super().release_previous_boot(owner=owner, boot_id=boot_id)
         if released:
             self.notify.add("postroom_turns")
+        # What this node was sending when its previous process died is sent again now (a
+        # platform may get a chunk twice around a kill, never lose one).
+        if await self._run(
+            "UPDATE deliveries SET claimed_until = NULL, claimed_by = NULL "
+            "WHERE claimed_by = ? AND status = 'pending'",
+            (owner,),
+        ):
+            self.notify.add("postroom_deliveries")
         return released
 
     async def cancel_job(self, job_id: int, *, now: datetime) -> JobRecord | None:
@@ -213,13 +223,14 @@ class PgTx(
             "  WHERE d.status = 'pending' AND d.next_try <= ? "
             "  AND (d.claimed_until IS NULL OR d.claimed_until < ?) "
             "  ORDER BY d.id LIMIT ? FOR UPDATE OF d SKIP LOCKED"
-            ") UPDATE deliveries SET claimed_until = ? FROM picked "
+            ") UPDATE deliveries SET claimed_until = ?, claimed_by = ? FROM picked "
             f"WHERE deliveries.id = picked.id RETURNING {_qualified(DELIVERY_COLUMNS)}",
             (
                 to_iso(now),
                 to_iso(now),
                 limit,
                 to_iso(now + timedelta(seconds=DELIVERY_CLAIM_S)),
+                self._node,
             ),
         )
         return sorted((delivery_from_row(row) for row in rows), key=lambda d: d.id)
@@ -244,7 +255,10 @@ class PgTx(
         await self._unclaim(delivery_id)
 
     async def _unclaim(self, delivery_id: int) -> None:
-        await self._run("UPDATE deliveries SET claimed_until = NULL WHERE id = ?", (delivery_id,))
+        await self._run(
+            "UPDATE deliveries SET claimed_until = NULL, claimed_by = NULL WHERE id = ?",
+            (delivery_id,),
+        )
         self.notify.add("postroom_deliveries")
 
     # -- scheduled tasks --------------------------------------------------------------------------

@@ -44,6 +44,8 @@ class PostgresStore:
         self._listen_conn: asyncpg.Connection | None = None
         self._closed = False
         self._trace: Callable[[str], None] | None = None
+        #: Which node this process is (set by the server that owns the store).
+        self.node = ""
 
     def set_trace_callback(self, trace: Callable[[str], None] | None) -> None:
         """Have *trace* receive every statement the store runs (a debugging aid, and how tests
@@ -94,7 +96,7 @@ class PostgresStore:
         touched are notified once each, in the same commit."""
         self._check_open()
         async with self._pool.acquire() as conn, conn.transaction():
-            tx = PgTx(PgConnection(conn, self._trace))
+            tx = PgTx(PgConnection(conn, self._trace), node=self.node)
             yield tx
             for channel in sorted(tx.notify):
                 await conn.execute("SELECT pg_notify($1, '')", channel)
@@ -110,7 +112,7 @@ class PostgresStore:
             self._pool.acquire() as conn,
             conn.transaction(isolation="repeatable_read", readonly=True),
         ):
-            yield PgTx(PgConnection(conn, self._trace))
+            yield PgTx(PgConnection(conn, self._trace), node=self.node)
 
     async def listen(self, listener: Listener) -> None:
         """Call *listener* with the channel's name whenever another transaction (of any
