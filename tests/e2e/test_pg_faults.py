@@ -29,8 +29,8 @@ from test_faults import (
 from e2e_harness import ServerProcess, Sink, api_client, get_ok, list_jobs, postroom_cli
 
 NODES = 3
-CHATS = [f"api:nodes/{i:03d}" for i in range(60)]
-TOTAL = 600
+CHATS = [f"api:nodes/{i:03d}" for i in range(45)]
+TOTAL = 450
 KILLED = 1  # the node killed and restarted
 POSTERS = 6
 QUIET_TIMEOUT_S = 90.0
