@@ -17,7 +17,7 @@ from typing import Any
 
 from postroom.app.channels import build_channels
 from postroom.app.detect import ECHO_HINT
-from postroom.app.providers import KEYLESS, build_provider, close_providers
+from postroom.app.providers import KEYLESS, SESSIONS_DIR, build_provider, close_providers
 from postroom.app.server_client import (
     SERVE_FILE,
     ServerUnavailable,
@@ -170,7 +170,7 @@ async def _remote_checks(
     timeout_s: float,
 ) -> list[Check]:
     """Providers, channels and the server, concurrently; results in a fixed order."""
-    providers, probes = _provider_probes(config, folders, timeout_s)
+    providers, probes = _provider_probes(config, folders, timeout_s, data_dir)
     channels, channel_probes = _channel_probes(config, timeout_s)
     probes.extend(channel_probes)
 
@@ -222,7 +222,7 @@ async def _run_all(probes: list[_Probe], report: Report) -> list[Check]:
 
 
 def _provider_probes(
-    config: Config, folders: Mapping[str, Folder], timeout_s: float
+    config: Config, folders: Mapping[str, Folder], timeout_s: float, data_dir: Path
 ) -> tuple[dict[str, Provider], list[_Probe]]:
     defaults = config.folder_defaults()
     used = {effective_settings(path, folders, defaults).provider for path in folders}
@@ -238,7 +238,13 @@ def _provider_probes(
             section = ProviderConfig()  # built without a section when used (no key to give)
         try:
             provider = (
-                build_provider(name, section, clock=system_clock, max_rest_s=config.llm.max_rest_s)
+                build_provider(
+                    name,
+                    section,
+                    clock=system_clock,
+                    max_rest_s=config.llm.max_rest_s,
+                    sessions_dir=data_dir / SESSIONS_DIR,
+                )
                 if section
                 else None
             )
