@@ -95,7 +95,8 @@ def test_the_skills_commands_add_list_show_set_and_remove(data: Path, tmp_path: 
     assert changed["keywords"] == ["invoice", "vat"]
     assert 'keywords = ["invoice", "vat"]' in mirror.read_text("utf-8")
 
-    assert ok(data, "skills", "rm", "acme", "invoices") == "Removed skill invoices from folder acme\n"
+    removed = ok(data, "skills", "rm", "acme", "invoices")
+    assert removed == "Removed skill invoices from folder acme\n"
     assert not mirror.exists()
     assert json.loads(ok(data, "skills", "list", "--json")) == []
 

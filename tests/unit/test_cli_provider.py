@@ -21,7 +21,11 @@ from fakeclock import FakeClock
 
 def runner(command: tuple[str, ...] = DEFAULT_CLI_COMMAND, **kwargs: Any) -> CliProvider:
     return CliProvider(
-        name="claude", command=command, sessions_dir=Path("/nonexistent"), account="claude", **kwargs
+        name="claude",
+        command=command,
+        sessions_dir=Path("/nonexistent"),
+        account="claude",
+        **kwargs,
     )
 
 
@@ -63,9 +67,7 @@ def test_a_cli_provider_is_a_pool_of_its_accounts(tmp_path: Path) -> None:
     )
     assert isinstance(pool, AccountPool)
     assert [label for label, _ in pool.accounts()] == ["claude#1", "claude#2"]
-    single = build_provider(
-        "claude", ProviderConfig(kind="cli"), clock=FakeClock(), max_rest_s=60
-    )
+    single = build_provider("claude", ProviderConfig(kind="cli"), clock=FakeClock(), max_rest_s=60)
     assert isinstance(single, AccountPool)
     ((label, account),) = single.accounts()
     assert label == "claude"
@@ -97,6 +99,6 @@ def test_bad_runner_settings_are_refused_naming_the_key(
 def test_skills_limits_are_bounded(tmp_path: Path) -> None:
     assert Config().skills.max_per_run == 3
     assert Config().skills.max_chars == 8000
-    with pytest.raises(ConfigError, match="skills.max_chars"):
+    with pytest.raises(ConfigError, match=r"skills\.max_chars"):
         load_config(tmp_path, {"POSTROOM_SKILLS__MAX_CHARS": "0"})
     assert load_config(tmp_path, {"POSTROOM_SKILLS__MAX_PER_RUN": "0"}).skills.max_per_run == 0

@@ -63,7 +63,7 @@ def test_bad_skill_files_are_refused_naming_the_file(text: str, fragment: str | 
     if fragment is None:  # a comma-separated string is accepted as a list
         assert parse_skill_file(text, default_name="invoices", where="x").keywords == ("a", "b")
         return
-    with pytest.raises(InvalidInput, match="skills/invoices.md") as caught:
+    with pytest.raises(InvalidInput, match=r"skills/invoices\.md") as caught:
         parse_skill_file(text, default_name="invoices", where="skills/invoices.md")
     assert fragment in str(caught.value)
 
