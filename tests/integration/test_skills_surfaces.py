@@ -17,6 +17,7 @@ import pytest
 import pytest_asyncio
 from typer.testing import CliRunner, Result
 
+from postroom.app.doctor import run_doctor
 from postroom.app.gateway import Gateway
 from postroom.cli.main import app
 from postroom.config import CONFIG_FILE, load_config
@@ -206,3 +207,17 @@ async def test_a_read_token_reads_skills_and_cannot_write_them(
     )
     assert refused.status_code == 403
     assert (await client.get("/api/v1/folders/acme/skills")).json() == {"skills": []}
+
+
+async def test_doctor_reports_an_invalid_skill_file(data: Path) -> None:
+    skills = data / "folders" / "acme" / "skills"
+    skills.mkdir()
+    (skills / "broken.md").write_text("+++\nkeywords = [\n+++\nbody\n", "utf-8")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("POSTROOM_")}
+
+    checks = await run_doctor(data, load_config(data, environ), timeout_s=2)
+
+    (files,) = [c for c in checks if c.name == "agent files"]
+    assert not files.ok
+    assert "folders/acme/skills/broken.md" in files.detail
+    assert "not valid TOML" in files.detail

@@ -33,6 +33,7 @@ from postroom.core.target import parse_target
 from postroom.engine.catalog import Catalog
 from postroom.engine.clock import system_clock
 from postroom.engine.folders import FileProblem, FolderService
+from postroom.engine.skills import SkillProblem, SkillService
 from postroom.llm.accounts import AccountPool
 from postroom.llm.base import Provider
 from postroom.llm.local import install_hint
@@ -102,12 +103,15 @@ async def run_doctor(
             folders_dir=data_dir / "folders",
             providers=config.provider_names(),
         ).file_problems()
+        skill_files = await SkillService(
+            store=store, clock=system_clock, folders_dir=data_dir / "folders"
+        ).file_problems()
     finally:
         await store.close()
     version = len(available_migrations())
     add(Check("database", True, f"{database} (schema {version}), {len(folders)} folders"))
     add(_routes_check(routes, folders))
-    add(_agent_files_check(agent_files))
+    add(_agent_files_check(agent_files, skill_files))
     add(_bind_check(config))
     checks.extend(await _remote_checks(data_dir, config, folders, report, timeout_s))
     return checks
@@ -133,13 +137,13 @@ def _routes_check(routes: list[RouteRecord], folders: Mapping[str, Folder]) -> C
     return Check("routes", True, f"{len(routes)} routes, every target exists")
 
 
-def _agent_files_check(problems: list[FileProblem]) -> Check:
-    invalid = [p for p in problems if not p.pending]
+def _agent_files_check(problems: list[FileProblem], skills: list[SkillProblem]) -> Check:
+    invalid = [p.detail for p in problems if not p.pending] + [p.detail for p in skills]
     if invalid:
-        return Check("agent files", False, " ".join(p.detail for p in invalid))
+        return Check("agent files", False, " ".join(invalid))
     if problems:
         return Check("agent files", False, " ".join(p.detail for p in problems), warning=True)
-    return Check("agent files", True, "every AGENT.md agrees with its folder")
+    return Check("agent files", True, "every AGENT.md and skill file agrees with its folder")
 
 
 def _bind_check(config: Config) -> Check:
