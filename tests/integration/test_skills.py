@@ -8,6 +8,7 @@ person's edit of it is imported before the next run."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -17,8 +18,10 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from structlog.testing import capture_logs
+from typer.testing import CliRunner
 
 from postroom.app.gateway import Gateway
+from postroom.cli.main import app
 from postroom.config import Config
 from postroom.core import Action
 from postroom.core.errors import InvalidInput
@@ -28,7 +31,7 @@ from postroom.store.records import JobStatus, RunRecord
 from fake_llm import FakeLLM, Reply, serve
 from fakeclock import FakeClock
 from gateway_support import RecordingChannel, new_data_dir, serving
-from support import eventually, inbound, runs
+from support import cli_env, eventually, inbound, logging_kept, runs
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -166,6 +169,8 @@ async def test_a_matching_skill_is_injected_before_the_notices_and_another_is_no
     assert run.system == system
     assert [(s["name"], s["inherited_from"]) for s in run.skills] == [("invoices", None)]
     assert run.skills[0]["score"] >= 10
+    shown = await asyncio.to_thread(_cli, rig.data_dir, "runs", "show", str(run.id))
+    assert f"skills: invoices ({run.skills[0]['score']})" in shown
 
     # A turn whose words match nothing gets no skill at all.
     system = await rig.ask(SUPPORT_CHAT, "good morning")
@@ -271,6 +276,13 @@ async def test_the_skill_files_mirror_the_rows_and_hand_edits_are_imported(
     system = await rig.ask(ACME_CHAT, "an invoice and a tax question")
     assert "Skill:" not in system
     assert await skills.every() == []
+
+
+def _cli(data_dir: Path, *args: str) -> str:
+    with logging_kept():
+        result = CliRunner().invoke(app, ["--data", str(data_dir), *args], env=cli_env())
+    assert result.exit_code == 0, (result.stdout, result.stderr)
+    return result.stdout
 
 
 def _edit(file: Path, text: str) -> None:
