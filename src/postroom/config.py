@@ -15,7 +15,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -228,6 +228,9 @@ class ProviderConfig(_Section):
     accounts: tuple[dict[str, str], ...] = ()
     #: A regex: a failed run whose output matches it was rate-limited.
     rate_limit_pattern: str | None = None
+    #: What goes to the command's stdin: the whole ``conversation``, or once it has answered
+    #: in the conversation's directory only what is ``new`` since (it keeps the rest itself).
+    input: Literal["conversation", "new"] | None = None
 
     @model_validator(mode="after")
     def _cli_keys(self) -> ProviderConfig:
@@ -238,6 +241,7 @@ class ProviderConfig(_Section):
                 ("env", self.env),
                 ("accounts", self.accounts),
                 ("rate_limit_pattern", self.rate_limit_pattern),
+                ("input", self.input),
             )
             if value
         ]

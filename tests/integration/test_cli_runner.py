@@ -120,7 +120,10 @@ async def make(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Callable[..., 
     record = tmp_path / "calls.jsonl"
 
     async def build(
-        *, accounts: list[dict[str, str]] | None = None, llm: Mapping[str, Any] | None = None
+        *,
+        accounts: list[dict[str, str]] | None = None,
+        llm: Mapping[str, Any] | None = None,
+        **options: Any,
     ) -> Rig:
         section: dict[str, Any] = {
             "kind": "cli",
@@ -129,6 +132,7 @@ async def make(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Callable[..., 
         }
         if accounts is not None:
             section["accounts"] = accounts
+        section.update(options)
         config = Config.model_validate(
             {
                 "providers": {"claude": section},
@@ -206,6 +210,25 @@ async def test_each_conversation_has_its_own_directory_and_keeps_it(
     assert sorted(p.name for p in (rig.data_dir / "sessions").iterdir()) == sorted(
         {Path(ana1["cwd"]).name, Path(bob["cwd"]).name}
     )
+
+
+async def test_a_command_that_keeps_its_session_gets_only_what_is_new(
+    make: Callable[..., Awaitable[Rig]],
+) -> None:
+    rig = await make(input="new")
+
+    await rig.send(ANA_CHAT, "first from ana")
+    await rig.send(ANA_CHAT, "second from ana")
+    await rig.send(BOB_CHAT, "first from bob")
+
+    first, second, bob = rig.calls()
+    assert '<message role="user">\nfirst from ana\n</message>' in first["stdin"]
+    # The command answered in this directory: the instructions and the new message only.
+    assert second["stdin"].startswith("<instructions>\nYou are Main, run by a CLI.")
+    assert "first from ana" not in second["stdin"]
+    assert second["stdin"].endswith('<message role="user">\nsecond from ana\n</message>\n')
+    # A new conversation starts with everything it has.
+    assert '<message role="user">\nfirst from bob\n</message>' in bob["stdin"]
 
 
 async def test_a_hung_command_is_killed_with_its_children_at_the_call_deadline(

@@ -83,6 +83,8 @@ def test_a_cli_provider_is_a_pool_of_its_accounts(tmp_path: Path) -> None:
         ({"kind": "cli", "command": []}, "command must name a program"),
         ({"kind": "cli", "env": {"NOT VALID": "1"}}, "is not an environment variable name"),
         ({"kind": "cli", "rate_limit_pattern": "(unclosed"}, "not a valid regex"),
+        ({"kind": "cli", "input": "everything"}, "providers.claude.input"),
+        ({"kind": "anthropic", "input": "new"}, "input apply only to a provider"),
         ({"kind": "cli", "accounts": ["CLAUDE_CONFIG_DIR=/a"]}, "providers.claude.accounts"),
     ],
 )

@@ -175,6 +175,7 @@ def _cli_pool(
             env={**section.env, **variables},
             default_model=section.model,
             rate_limit_pattern=section.rate_limit_pattern,
+            input_mode=section.input or "conversation",
         )
         accounts.append((label, runner))
     return AccountPool(name, accounts, clock=clock, max_rest_s=max_rest_s)

@@ -4,7 +4,9 @@ By default Claude Code on a subscription account (``claude --print --model {mode
 --continue``); any command with the same contract works — Codex, Gemini CLI, a script:
 
 - the rendered conversation (the system prompt as instructions, then every message with its
-  role) is written to the command's stdin, and stdin is closed;
+  role) is written to the command's stdin, and stdin is closed; with ``input = "new"``, once
+  the command has answered in the conversation's directory, only the messages after the last
+  answer follow the instructions (the command keeps the rest in its own session);
 - its stdout is the answer; its stderr is logged and kept in the run record;
 - it runs in a working directory of its own per conversation, ``DIR/sessions/<conversation
   id>/`` (0700), so the tool's own session state (``--continue``) stays with the conversation;
@@ -60,14 +62,25 @@ DEFAULT_RATE_LIMIT_PATTERN = (
 KILL_GRACE_S = 1.0
 #: The most of stderr (and of a failed run's stdout) kept in errors and the log.
 EXCERPT_CHARS = 2_000
+#: Left in a conversation's directory once the command has answered there.
+ANSWERED_MARKER = ".postroom-answered"
+#: ``input``: the whole conversation on every call, or only what is new since the last answer
+#: once the command has answered in the directory (for a command that keeps the conversation
+#: itself, such as Claude Code with ``--continue``).
+INPUTS = ("conversation", "new")
 
 
-def render_conversation(request: ModelRequest) -> str:
-    """What the command reads on stdin: the system prompt, then the messages with roles."""
+def render_conversation(request: ModelRequest, *, new_only: bool = False) -> str:
+    """What the command reads on stdin: the system prompt, then the messages with roles (with
+    *new_only*, only those after the last answer: the command keeps the rest itself)."""
+    messages = list(request.messages)
+    if new_only:
+        answered = [i for i, m in enumerate(messages) if m.role == "assistant"]
+        messages = messages[answered[-1] + 1 :] if answered else messages
     parts: list[str] = []
     if request.system.strip():
         parts.append(f"<instructions>\n{request.system.strip()}\n</instructions>")
-    for message in request.messages:
+    for message in messages:
         parts.append(f'<message role="{_role(message)}">\n{message.content.strip()}\n</message>')
     return "\n\n".join(parts) + "\n"
 
@@ -94,9 +107,13 @@ class CliProvider:
         default_model: str | None = None,
         rate_limit_pattern: str | None = None,
         environ: Mapping[str, str] | None = None,
+        input_mode: str = "conversation",
     ) -> None:
         if not command:
             raise ValueError("a command-line runner needs a command")
+        if input_mode not in INPUTS:
+            raise ValueError(f"input must be one of {', '.join(INPUTS)}")
+        self._new_only = input_mode == "new"
         self.name = name
         self._command = tuple(command)
         self._sessions_dir = sessions_dir
@@ -134,9 +151,13 @@ class CliProvider:
         model = request.model or self._default_model
         argv = self.argv(model)
         cwd, throwaway = self.workdir(request.conversation_id)
+        marker = cwd / ANSWERED_MARKER
+        stdin = render_conversation(request, new_only=self._new_only and marker.exists())
         began = time.monotonic()
         try:
-            code, stdout, stderr = await self._run(argv, cwd, render_conversation(request))
+            code, stdout, stderr = await self._run(argv, cwd, stdin)
+            if code == 0 and not throwaway:
+                marker.touch(mode=0o600)
         finally:
             if throwaway:
                 shutil.rmtree(cwd, ignore_errors=True)
