@@ -219,6 +219,13 @@ class CliProvider:
             out, err = await process.communicate(stdin.encode("utf-8"))
         except BaseException:
             # The call's or the run's deadline (a cancellation), or the turn was stopped.
+            log.warning(
+                "cli.stopped",
+                provider=self.name,
+                account=self._account,
+                command=argv,
+                pid=process.pid,
+            )
             await _end_group(process)
             raise
         assert process.returncode is not None
