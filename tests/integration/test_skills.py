@@ -240,6 +240,7 @@ async def test_the_skill_files_mirror_the_rows_and_hand_edits_are_imported(
         '+++\nname = "invoices"\nkeywords = ["invoice"]\n+++\nFIRST-VERSION\n'
     )
     assert file.stat().st_mode & 0o777 == 0o600
+    assert file.parent.stat().st_mode & 0o777 == 0o700
 
     # A write through a surface rewrites the file.
     await skills.update("acme", "invoices", {"body": "SECOND-VERSION"}, actor="test")

@@ -326,6 +326,7 @@ class SkillService:
         """The row of a write through a surface, with its file rewritten to mirror it (inside
         the caller's transaction: if writing fails, nothing is committed)."""
         skill = self._skill(folder, text, created_at=created_at)
+        self.directory(folder).mkdir(mode=0o700, parents=True, exist_ok=True)
         stamp = write_agent_file(self.file(folder, text.name), render_skill_file(skill))
         return replace(skill, file_stamp=stamp)
 
