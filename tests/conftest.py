@@ -19,6 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
+from hypothesis import HealthCheck, settings
 
 from postroom.store import Store, open_database
 
@@ -27,6 +28,11 @@ from fakeclock import FakeClock
 DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 #: Which database a test's store uses (read by the test helpers that open one).
 ENGINE_URL_VARIABLE = "POSTROOM_TEST_DATABASE_URL"
+
+# How fast inputs are generated depends on the machine's load, not on the code under test:
+# a busy machine must not fail a property that holds.
+settings.register_profile("postroom", suppress_health_check=[HealthCheck.too_slow], deadline=None)
+settings.load_profile("postroom")
 
 
 @pytest.fixture

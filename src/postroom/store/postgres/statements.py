@@ -38,6 +38,7 @@ from postroom.store.sqlite.outbox import DELIVERY_COLUMNS, OutboxStatements, del
 from postroom.store.sqlite.queue import JOB_COLUMNS, QueueStatements, job_from_row
 from postroom.store.sqlite.runs import TASK_COLUMNS, RunStatements, task_from_row
 from postroom.store.sqlite.secrets import SingleServerStatements
+from postroom.store.sqlite.skills import SkillStatements
 from postroom.store.sqlite.tokens import TokenStatements
 
 __all__ = ["CHANNELS", "DELIVERY_CLAIM_S", "PgTx"]
@@ -59,6 +60,7 @@ class PgTx(
     RunStatements,
     MemoryStatements,
     TokenStatements,
+    SkillStatements,
     NodeStatements,
     SingleServerStatements,
     StoreTx,
