@@ -323,11 +323,3 @@ CREATE TABLE nodes (
     started_at TEXT NOT NULL,
     heartbeat_at TEXT NOT NULL
 );
-
--- Single-connection adapters (Telegram polling, Discord gateway, ...) run on the node that
--- holds their lease row.
-CREATE TABLE adapter_leases (
-    adapter TEXT PRIMARY KEY,
-    node TEXT NOT NULL,
-    lease_until TEXT NOT NULL
-);
