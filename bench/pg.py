@@ -46,7 +46,7 @@ from e2e import (
     turn_rate,
 )
 from loadgen import Poster
-from postroom.store import PostgresStore
+from postroom.store.postgres import PostgresStore
 from postroom.store.records import JobKind, JobStatus, NewJob
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"

@@ -11,7 +11,8 @@ import pytest
 
 from postroom.engine.feed import MessageFeed
 from postroom.engine.signals import Event, Signals, Subscription
-from postroom.store import NewMessage, PostgresStore
+from postroom.store import NewMessage
+from postroom.store.postgres import PostgresStore
 
 T = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 

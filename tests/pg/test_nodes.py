@@ -15,7 +15,8 @@ from postroom.app.gateway import Gateway
 from postroom.config import Config
 from postroom.core import Action, InboundMessage
 from postroom.engine import FolderSpec
-from postroom.store import NewMessage, PostgresStore
+from postroom.store import NewMessage
+from postroom.store.postgres import PostgresStore
 from postroom.store.records import JobKind, NewDelivery, NewJob
 
 from fakeclock import FakeClock

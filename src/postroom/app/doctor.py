@@ -38,7 +38,6 @@ from postroom.llm.accounts import AccountPool
 from postroom.llm.base import Provider
 from postroom.llm.local import install_hint
 from postroom.store.database import open_database
-from postroom.store.postgres.migrate import available_pg_migrations
 from postroom.store.records import RouteRecord
 from postroom.store.sqlite.migrate import available_migrations
 
@@ -110,6 +109,9 @@ async def run_doctor(
     finally:
         await store.close()
     if config.database.url:
+        # Only a PostgreSQL deployment loads its driver (see store.database).
+        from postroom.store.postgres.migrate import available_pg_migrations
+
         where = f"PostgreSQL (schema {len(available_pg_migrations())})"
     else:
         where = f"{database} (schema {len(available_migrations())})"

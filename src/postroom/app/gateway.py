@@ -53,8 +53,7 @@ from postroom.engine.tasks import Scheduler, TaskService
 from postroom.engine.worker import WorkerPool
 from postroom.llm.base import Provider
 from postroom.mcp import McpEndpoint, allowed_hosts
-from postroom.store.postgres import PostgresStore
-from postroom.store.protocol import Store
+from postroom.store.protocol import SharedStore, Store
 
 __all__ = ["Gateway", "check_bind", "serve"]
 
@@ -180,7 +179,7 @@ class Gateway:
         host = ChannelHost(adapters, signals=signals, sinks=sinks)
         voice = transcriber(config)
         nodes = NodeService(store=store, me=this_node(data_dir, clock()), clock=clock)
-        if isinstance(store, PostgresStore):
+        if isinstance(store, SharedStore):
             store.node = nodes.me.id
             # Work another node commits wakes this one's loops at once (the polls are the
             # backstop).

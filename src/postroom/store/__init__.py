@@ -4,8 +4,7 @@ Hot paths are raw SQL through the driver; schema changes are numbered migrations
 """
 
 from postroom.store.database import open_database
-from postroom.store.postgres import PostgresStore
-from postroom.store.protocol import PriorOutcome, Store, StoreTx, TurnRow
+from postroom.store.protocol import PriorOutcome, SharedStore, Store, StoreTx, TurnRow
 from postroom.store.records import (
     DropRecord,
     NewMessage,
@@ -18,12 +17,12 @@ from postroom.store.sqlite import SchemaTooNew, SqliteStore
 __all__ = [
     "DropRecord",
     "NewMessage",
-    "PostgresStore",
     "PriorOutcome",
     "RouteAuditRecord",
     "RouteRecord",
     "RouteSpec",
     "SchemaTooNew",
+    "SharedStore",
     "SqliteStore",
     "Store",
     "StoreTx",

@@ -8,11 +8,11 @@ later, behind the same protocol and the same tests.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from postroom.core.decision import ChatState, ReplyTarget
 from postroom.core.folders import Folder
@@ -41,7 +41,7 @@ from postroom.store.records import (
     UsageRow,
 )
 
-__all__ = ["PriorOutcome", "Store", "StoreTx", "TurnRow"]
+__all__ = ["PriorOutcome", "SharedStore", "Store", "StoreTx", "TurnRow"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -481,3 +481,13 @@ class Store(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class SharedStore(Protocol):
+    """A store several processes share (PostgreSQL, PIPELINE §9): it says which node this
+    process is, and passes on the wake-ups other nodes' commits send."""
+
+    node: str
+
+    async def listen(self, listener: Callable[[str], None]) -> None: ...

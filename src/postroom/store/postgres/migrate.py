@@ -7,11 +7,13 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
-
-import asyncpg
+from typing import TYPE_CHECKING
 
 from postroom.store.sqlite.codec import to_iso
 from postroom.store.sqlite.migrate import SchemaTooNew
+
+if TYPE_CHECKING:
+    import asyncpg
 
 __all__ = ["PgMigration", "apply_pg_migrations", "available_pg_migrations"]
 
