@@ -90,12 +90,21 @@ def init_pg(data: Path, url: str) -> str:
     return str(tomllib.loads((data / "postroom.toml").read_text())["api"]["token"])
 
 
-async def measure(servers: list[Server], sink: Sink, scale: float, tag: str) -> dict[str, float]:
+@asynccontextmanager
+async def balanced(servers: list[Server]) -> AsyncIterator[RoundRobin]:
+    """Fresh keep-alive connections to every node, one phase long (a connection left idle
+    between phases may have been closed by the server)."""
     async with AsyncExitStack() as stack:
         posters = [await stack.enter_async_context(poster(s)) for s in servers]
-        client = RoundRobin(posters)
+        yield RoundRobin(posters)
+
+
+async def measure(servers: list[Server], sink: Sink, scale: float, tag: str) -> dict[str, float]:
+    async with balanced(servers) as client:
         await turn_rate(client, sink, 200, f"warm{tag}")  # type: ignore[arg-type]
+    async with balanced(servers) as client:
         turns = await turn_rate(client, sink, int(4_000 * scale), tag)  # type: ignore[arg-type]
+    async with balanced(servers) as client:
         lat = await latency(client, sink, 200.0, 10.0 * scale, tag)  # type: ignore[arg-type]
     return {"turns": turns, "p50": percentile(lat, 0.5), "p99": percentile(lat, 0.99)}
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from urllib.parse import urlsplit
 
 import asyncpg
 import structlog
@@ -25,6 +26,16 @@ __all__ = ["PostgresStore", "is_postgres_url"]
 log = structlog.get_logger(__name__)
 
 Listener = Callable[[str], None]
+
+
+def _session_settings(url: str) -> dict[str, str]:
+    """The durability of SQLite's default (WAL, ``synchronous=NORMAL``): a commit survives
+    the process being killed, not the machine losing power — and it does not wait for the
+    disk, so the seq lock (see ``statements``) is held for microseconds, not a flush. A URL
+    that says otherwise (``?synchronous_commit=on``) wins."""
+    if "synchronous_commit=" in urlsplit(url).query:
+        return {}
+    return {"synchronous_commit": "off"}
 
 
 def is_postgres_url(url: str | None) -> bool:
@@ -68,7 +79,13 @@ class PostgresStore:
         async def remember(conn: asyncpg.Connection) -> None:
             own.add(conn.get_server_pid())
 
-        pool = await asyncpg.create_pool(url, min_size=min_size, max_size=max_size, init=remember)
+        pool = await asyncpg.create_pool(
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            init=remember,
+            server_settings=_session_settings(url),
+        )
         return cls(url=url, pool=pool, own_backends=own)
 
     async def __aenter__(self) -> PostgresStore:
