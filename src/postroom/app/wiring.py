@@ -269,7 +269,9 @@ def delivery_loop(
         signals=services.signals,
         clock=services.clock,
         settings=DeliverySettings(
-            backoff_base_s=config.delivery.backoff_base_s, ttl_s=config.delivery.ttl_s
+            backoff_base_s=config.delivery.backoff_base_s,
+            ttl_s=config.delivery.ttl_s,
+            concurrency=config.delivery.concurrency,
         ),
         metrics=metrics,
     )

@@ -330,7 +330,9 @@ class StoreTx(Protocol):
 
     async def abandon_delivery(self, delivery_id: int, *, now: datetime, error: str) -> None: ...
 
-    async def next_delivery_due(self) -> datetime | None: ...
+    async def next_delivery_due(self, *, after: datetime | None = None) -> datetime | None:
+        """When the next pending delivery comes due (after *after*, if given)."""
+        ...
 
     async def list_deliveries(
         self, *, message_id: str | None = None, status: str | None = None, limit: int = 100
