@@ -75,7 +75,7 @@ async def start(data: Path, token: str, sink_url: str, *, defaults: bool) -> Ser
             port = int(match.group(1))
     url = f"http://127.0.0.1:{port}"
     async with httpx.AsyncClient() as client:
-        while (await client.get(f"{url}/healthz")).status_code != 200:
+        while (await client.get(f"{url}/healthz")).status_code != 200:  # noqa: ASYNC110
             await asyncio.sleep(0.005)
     loop.run_in_executor(None, lambda: [None for _ in process.stderr or []])
     return Server(process, url, token, time.perf_counter() - started)
@@ -93,7 +93,9 @@ def stop(server: Server) -> None:
 Workload = Callable[[Poster, Sink], Awaitable[dict[str, float]]]
 
 
-async def with_server(sink: Sink, workload: Workload, *, defaults: bool = False) -> dict[str, float]:
+async def with_server(
+    sink: Sink, workload: Workload, *, defaults: bool = False, pool: int = 64
+) -> dict[str, float]:
     async with serve_sink(sink) as sink_url:
         with tempfile.TemporaryDirectory() as tmp:
             data = Path(tmp) / "data"
@@ -101,7 +103,7 @@ async def with_server(sink: Sink, workload: Workload, *, defaults: bool = False)
             server = await start(data, token, sink_url, defaults=defaults)
             try:
                 port = int(server.url.rsplit(":", 1)[1])
-                async with Poster("127.0.0.1", port, token=token, size=64) as client:
+                async with Poster("127.0.0.1", port, token=token, size=pool) as client:
                     return await workload(client, sink)
             finally:
                 stop(server)
@@ -159,10 +161,10 @@ def burst(count: int, name: str) -> Workload:
 
 async def measure(name: str, args: argparse.Namespace) -> dict[str, float]:
     if name == "long":
-        return await with_server(Sink(), long_chat(args.turns))
+        return await with_server(Sink(), long_chat(args.turns), pool=1)
     if name == "spread":
-        few = await with_server(Sink(), spread(10))
-        many = await with_server(Sink(), spread(2_000))
+        few = await with_server(Sink(), spread(10), pool=1)
+        many = await with_server(Sink(), spread(2_000), pool=1)
         out = few | many
         out["10/2,000 ratio"] = out["10 chats msg/s"] / out["2000 chats msg/s"]
         return out

@@ -79,7 +79,8 @@ async def open_store(data_dir: Path) -> SqliteStore:
             f"No postroom data directory at {data_dir} (no {DATABASE_FILE}); run "
             "`postroom init` first, or pass --data DIR."
         )
-    return await SqliteStore.open(database)
+    # Rows are estimated with the tokenizer compaction counts with (PIPELINE §6).
+    return await SqliteStore.open(database, count_tokens=TokenCounter().count)
 
 
 def queue_settings(config: Config) -> QueueSettings:

@@ -24,7 +24,14 @@ import aiosqlite
 
 from postroom.core.errors import InvalidInput
 
-__all__ = ["Connection", "InlineConnection", "Statements", "ThreadedConnection", "sha256"]
+__all__ = [
+    "Connection",
+    "InlineConnection",
+    "Statements",
+    "ThreadedConnection",
+    "estimate_tokens",
+    "sha256",
+]
 
 BUSY_TIMEOUT_MS = 10_000
 
@@ -152,11 +159,20 @@ class InlineConnection:
         self._conn.close()
 
 
+def estimate_tokens(text: str) -> int:
+    """Four characters a token: the estimate of a store given no tokenizer (PIPELINE §6)."""
+    return (len(text) + 3) // 4
+
+
 class Statements:
     """Raw SQL on one connection, inside the transaction the store opened."""
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(
+        self, conn: Connection, count_tokens: Callable[[str], int] = estimate_tokens
+    ) -> None:
         self._conn = conn
+        #: Estimates a row's tokens when it joins a conversation (once per row).
+        self._count_tokens = count_tokens
 
     async def _all(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
         try:
