@@ -1208,3 +1208,21 @@ async def test_pipelined_sends_keep_each_chats_order_and_the_overall_bound(
     assert sink.most_per_chat == 1
     assert sink.most_at_once <= 2
     assert len({(c.delivery_id) for c in sink.sent}) == total  # each row once
+
+
+async def test_a_turn_logs_its_events_at_debug_only(
+    services: Services, clock: FakeClock, sink: RecordingSink, workers: WorkerPool
+) -> None:
+    """Per-message events cost nothing at the default level: info is for start-up, shutdown,
+    errors and the periodic summary."""
+    await seed_spec_table(services)
+    loop = make_loop(services, clock, sink)
+    with capture_logs() as logs:
+        async with running(loop):
+            result = await services.ingest.ingest(inbound("telegram:group/5", "ping"))
+            assert result.decision.job_id is not None
+            await finished(services, result.decision.job_id)
+            await asyncio.wait_for(sink.arrived.wait(), 20)
+    levels = {e["event"]: e["log_level"] for e in logs}
+    assert {"message.ingested", "turn.started", "turn.answered", "delivery.sent"} <= set(levels)
+    assert set(levels.values()) == {"debug"}

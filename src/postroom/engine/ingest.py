@@ -154,7 +154,7 @@ class Ingestor:
             seq, decision = await self._apply(tx, message, decision, effects)
         self._after_commit(effects)
         self._metrics.message_in(decision.action.value, decision.layer.value)
-        log.info(
+        log.debug(
             "message.ingested",
             message_id=message.id,
             chat_jid=message.chat_jid,

@@ -264,7 +264,7 @@ class WorkerPool:
         token = job.lease_token
         settings = await self._settings(job)
         chats = reply_chats(job)
-        log.info("turn.started", job_id=job.id, folder=job.folder, chat_jid=job.chat_jid)
+        log.debug("turn.started", job_id=job.id, folder=job.folder, chat_jid=job.chat_jid)
         helpers = [
             asyncio.create_task(self._keep_lease(job.id, token, entry), name=f"lease-{job.id}"),
         ]
@@ -438,7 +438,7 @@ class WorkerPool:
             if job.task_id is not None:
                 await tx.update_task(job.task_id, last_status="ok")
         self._metrics.turn("ok", elapsed_ms / 1000)
-        log.info(
+        log.debug(
             "turn.answered",
             job_id=job.id,
             run_id=committed.run_id,
