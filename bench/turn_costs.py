@@ -93,8 +93,15 @@ def stop(server: Server) -> None:
 Workload = Callable[[Poster, Sink], Awaitable[dict[str, float]]]
 
 
+def cpu_s(pid: int) -> float:
+    """The CPU time (user + system) process *pid* has used: a figure that, unlike rates,
+    hardly moves when other work shares the machine."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def with_server(
-    sink: Sink, workload: Workload, *, defaults: bool = False, pool: int = 64
+    sink: Sink, workload: Workload, *, label: str, defaults: bool = False, pool: int = 64
 ) -> dict[str, float]:
     async with serve_sink(sink) as sink_url:
         with tempfile.TemporaryDirectory() as tmp:
@@ -104,7 +111,12 @@ async def with_server(
             try:
                 port = int(server.url.rsplit(":", 1)[1])
                 async with Poster("127.0.0.1", port, token=token, size=pool) as client:
-                    return await workload(client, sink)
+                    used = cpu_s(server.process.pid)
+                    answers = sink.count
+                    figures = await workload(client, sink)
+                    used = cpu_s(server.process.pid) - used
+                    figures[f"{label}: server CPU ms/answer"] = used * 1000 / (sink.count - answers)
+                    return figures
             finally:
                 stop(server)
 
@@ -161,17 +173,21 @@ def burst(count: int, name: str) -> Workload:
 
 async def measure(name: str, args: argparse.Namespace) -> dict[str, float]:
     if name == "long":
-        return await with_server(Sink(), long_chat(args.turns), pool=1)
+        return await with_server(Sink(), long_chat(args.turns), label="long", pool=1)
     if name == "spread":
-        few = await with_server(Sink(), spread(10), pool=1)
-        many = await with_server(Sink(), spread(2_000), pool=1)
+        few = await with_server(Sink(), spread(10), label="10 chats", pool=1)
+        many = await with_server(Sink(), spread(2_000), label="2,000 chats", pool=1)
         out = few | many
         out["10/2,000 ratio"] = out["10 chats msg/s"] / out["2000 chats msg/s"]
         return out
     if name == "slow":
-        return await with_server(SlowSink(0.1), burst(1_000, "100 ms receiver turns/s"))
+        return await with_server(
+            SlowSink(0.1), burst(1_000, "100 ms receiver turns/s"), label="slow receiver"
+        )
     if name == "default":
-        return await with_server(Sink(), burst(4_000, "default turns/s"), defaults=True)
+        return await with_server(
+            Sink(), burst(4_000, "default turns/s"), label="default", defaults=True
+        )
     raise SystemExit(f"unknown workload {name}")
 
 
@@ -188,7 +204,7 @@ async def run(args: argparse.Namespace) -> int:
     print(f"postroom turn costs — {args.repeats} runs, medians; SQLite; echo provider")
     for key, values in results.items():
         low, high = min(values), max(values)
-        print(f"{key:>28}  {statistics.median(values):>10,.2f}   ({low:,.2f}..{high:,.2f})")
+        print(f"{key:>36}  {statistics.median(values):>10,.2f}   ({low:,.2f}..{high:,.2f})")
     return 0
 
 
