@@ -12,6 +12,7 @@ import secrets
 import socket
 import uuid
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ from postroom.config import DATABASE_FILE, Config
 from postroom.core.errors import PostroomError
 from postroom.core.folders import FolderSettings
 from postroom.engine.answer import AnswerWriter
+from postroom.engine.attachments import AttachmentLimits
 from postroom.engine.clock import Clock
 from postroom.engine.compaction import CompactionSettings, Compactor
 from postroom.engine.context_builder import ContextBuilder, ContextSettings
@@ -54,6 +56,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SECRET_FILE",
+    "attachment_limits",
     "build_http",
     "build_services",
     "build_sinks",
@@ -110,6 +113,7 @@ def build_services(
         defaults=config.folder_defaults(),
         limits=IngestLimits(
             content_bytes=config.limits.content_bytes,
+            attachments=attachment_limits(config),
             missing_notice_s=config.routing.missing_folder_notice_s,
         ),
         clock=clock,
@@ -162,11 +166,24 @@ def build_sinks(config: Config) -> tuple[SinkRouter, WebhookSession | None]:
 
 
 def model_table(config: Config) -> ModelTable:
-    return ModelTable(
-        {
-            name: ModelInfo(m.context_window, m.input_per_mtok, m.output_per_mtok)
-            for name, m in config.models.items()
+    """The model table with ``[models."<name>"]`` applied: the keys a section sets replace
+    what postroom knows of that model, the others keep it."""
+    known = ModelTable()
+    overrides: dict[str, ModelInfo] = {}
+    for name, section in config.models.items():
+        base = known.info(name)
+        changes = {
+            key: getattr(section, key)
+            for key in section.model_fields_set
+            if getattr(section, key) is not None or key.endswith("_per_mtok")
         }
+        overrides[name] = replace(base, **changes)
+    return ModelTable(overrides)
+
+
+def attachment_limits(config: Config) -> AttachmentLimits:
+    return AttachmentLimits(
+        image_bytes=config.limits.image_bytes, file_bytes=config.limits.file_bytes
     )
 
 
@@ -217,12 +234,15 @@ def build_workers(
         clock=clock,
         settings=ContextSettings(
             max_messages=config.context.max_messages,
+            max_images=config.context.max_images,
+            max_file_chars=config.context.max_file_chars,
             observe_window_messages=config.observe.window_messages,
             observe_window_chars=config.observe.window_chars,
         ),
         memory=memory,
         compactor=compactor,
         enricher=Enricher(store=store, transcribe=transcribe),
+        models=models,
     )
     return WorkerPool(
         store=store,

@@ -1,20 +1,18 @@
 """Slow enrichment after the acknowledgement and before the turn runs (PIPELINE §1.4).
 
 Adapters store a voice note as ``[Voice message]`` with the audio attached (fetched within the
-size cap); the platform is acknowledged at once. When a turn that answers it starts, the note is
-transcribed — if a transcriber is configured — and the row becomes ``[Voice]: <transcript>``:
-the history keeps showing exactly what the model saw.
+size cap, kept as a blob); the platform is acknowledged at once. When a turn that answers it
+starts, the note is transcribed — if a transcriber is configured — and the row becomes
+``[Voice]: <transcript>``: the history keeps showing exactly what the model saw.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
 
 import structlog
 
+from postroom.core.attachments import AttachmentRef, attachment_refs
 from postroom.core.errors import PostroomError
 from postroom.store.protocol import Store
 from postroom.store.records import JobRecord
@@ -43,15 +41,16 @@ class Enricher:
                 message = await tx.get_message(message_id, chat_jid)
             if message is None or message.metadata.get("transcribed"):
                 continue
-            voice = _voice(message.metadata.get("attachments"))
+            voice = _voice(attachment_refs(message.metadata))
             if voice is None:
                 continue
+            async with self._store.read() as tx:
+                blob = (await tx.get_blobs([voice.sha256])).get(voice.sha256)
+            if blob is None:
+                continue
             try:
-                audio = base64.b64decode(voice.get("data", ""), validate=True)
-                text = (
-                    await self._transcribe(audio, str(voice.get("mime") or "audio/ogg"))
-                ).strip()
-            except (binascii.Error, ValueError, OSError, PostroomError) as exc:
+                text = (await self._transcribe(blob.data, voice.mime or "audio/ogg")).strip()
+            except (ValueError, OSError, PostroomError) as exc:
                 log.warning("enrich.transcription_failed", message_id=message_id, error=str(exc))
                 continue
             metadata = dict(message.metadata) | {"transcribed": True}
@@ -63,14 +62,9 @@ class Enricher:
         return done
 
 
-def _voice(attachments: Any) -> dict[str, Any] | None:
-    if not isinstance(attachments, list):
-        return None
+def _voice(attachments: Sequence[AttachmentRef]) -> AttachmentRef | None:
+    """The first voice note whose audio is stored."""
     for attachment in attachments:
-        if (
-            isinstance(attachment, dict)
-            and attachment.get("kind") in VOICE_KINDS
-            and attachment.get("data")
-        ):
+        if attachment.kind in VOICE_KINDS and attachment.sha256:
             return attachment
     return None

@@ -1,0 +1,1 @@
+-- postroom schema, version 7: reserved (no change).
