@@ -16,19 +16,24 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from postroom import __version__
 from postroom.api.errors import describe_validation, error_response, error_status
+from postroom.api.ingest_lane import PATH as INGEST_PATH
 from postroom.api.ingest_lane import IngestLane, documented_route
 from postroom.api.middleware import BearerAuth, BodyLimit, JsonBodies
 from postroom.api.openapi import corrected_openapi
 from postroom.api.routes import ApiContext, build_router, ingest_body
 from postroom.core.errors import PostroomError
 
-__all__ = ["create_api"]
+__all__ = ["BLOB_PATH", "create_api"]
+
+#: Attachments: a web chat visitor's page fetches those of its chat without a token.
+BLOB_PATH = "/api/v1/blobs/"
 
 
 def create_api(
     ctx: ApiContext,
     *,
     body_limit: int,
+    upload_limit: int | None = None,
     title: str = "postroom",
 ) -> FastAPI:
     """The FastAPI app with the API router, health and metrics; surfaces add their routes."""
@@ -74,8 +79,14 @@ def create_api(
     # Middlewares run in the reverse order of adding: auth, then the body limit, then the JSON
     # check, then the ingest lane — an unauthenticated body is never buffered, an oversized one
     # never parsed.
-    app.add_middleware(IngestLane, ingest=functools.partial(ingest_body, ctx.services))
+    app.add_middleware(IngestLane, ingest=functools.partial(ingest_body, ctx))
     app.add_middleware(JsonBodies)
-    app.add_middleware(BodyLimit, limit=body_limit)
-    app.add_middleware(BearerAuth, authenticate=ctx.services.tokens.authenticate)
+    # A message may carry attachments as base64: its body may hold one file at its cap.
+    larger = (INGEST_PATH, max(upload_limit, body_limit)) if upload_limit else None
+    app.add_middleware(BodyLimit, limit=body_limit, larger=larger)
+    app.add_middleware(
+        BearerAuth,
+        authenticate=ctx.services.tokens.authenticate,
+        session_paths=(BLOB_PATH,),
+    )
     return app

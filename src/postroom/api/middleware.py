@@ -66,17 +66,22 @@ class BodyLimit:
     (up to the limit) before the app runs, so a chunked upload cannot get half-processed.
     """
 
-    def __init__(self, app: ASGIApp, *, limit: int) -> None:
+    def __init__(self, app: ASGIApp, *, limit: int, larger: tuple[str, int] | None = None) -> None:
         self._app = app
         self._limit = limit
+        #: One path whose bodies may be larger (the messages that carry attachments).
+        self._larger = larger
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self._app(scope, receive, send)
             return
-        refuse = error_response(413, f"The body is over {self._limit} bytes.")
+        limit = self._limit
+        if self._larger is not None and scope["path"] == self._larger[0]:
+            limit = self._larger[1]
+        refuse = error_response(413, f"The body is over {limit} bytes.")
         for name, value in scope.get("headers", ()):
-            if name == b"content-length" and value.isdigit() and int(value) > self._limit:
+            if name == b"content-length" and value.isdigit() and int(value) > limit:
                 await refuse(scope, receive, send)
                 return
         messages: list[Message] = []
@@ -87,7 +92,7 @@ class BodyLimit:
             if message["type"] != "http.request":
                 break
             size += len(message.get("body", b""))
-            if size > self._limit:
+            if size > limit:
                 await refuse(scope, receive, send)
                 return
             if not message.get("more_body", False):
@@ -142,15 +147,29 @@ class BearerAuth:
     """
 
     def __init__(
-        self, app: ASGIApp, *, authenticate: Callable[[str | None], Awaitable[Principal | None]]
+        self,
+        app: ASGIApp,
+        *,
+        authenticate: Callable[[str | None], Awaitable[Principal | None]],
+        session_paths: tuple[str, ...] = (),
     ) -> None:
         self._app = app
         self._authenticate = authenticate
+        #: Paths (prefixes) a request without any ``Authorization`` header may reach with no
+        #: principal: their handler checks a web chat visitor's session instead.
+        self._session_paths = session_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             path = scope["path"]
             mcp = path == "/mcp" or path.startswith("/mcp/")
+            if (
+                self._session_paths
+                and path.startswith(self._session_paths)
+                and not any(name == b"authorization" for name, _ in scope.get("headers", ()))
+            ):
+                await self._app(scope, receive, send)
+                return
             if mcp or path.startswith("/api/") or path == "/metrics":
                 principal = await self._authenticate(_bearer(scope))
                 if principal is None:

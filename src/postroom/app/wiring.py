@@ -20,6 +20,7 @@ from fastapi import FastAPI
 
 from postroom.api.app import create_api
 from postroom.api.routes import ApiContext
+from postroom.api.uploads import Uploads, UrlFetcher
 from postroom.app.channels import ChannelHost
 from postroom.app.detect import ECHO_HINT
 from postroom.app.metrics import PrometheusMetrics
@@ -332,8 +333,19 @@ def build_http(
     providers: Mapping[str, Provider],
     channels: ChannelHost,
     metrics: PrometheusMetrics,
+    fetcher: UrlFetcher | None = None,
 ) -> FastAPI:
-    """The HTTP side: the API, the web chat, the terminal UI's socket and the adapters' hooks."""
+    """The HTTP side: the API, the web chat, the terminal UI's socket and the adapters' hooks
+    (*fetcher*: how attachment URLs are downloaded)."""
+    web = WebChat(
+        services=services,
+        token=config.api.token,
+        secret=web_secret(data_dir),
+        assistant_name=config.assistant.name,
+        setup_hint=ECHO_HINT if config.defaults.provider == "echo" else None,
+        attachments=attachment_limits(config),
+    )
+    limits = config.limits
     http = create_api(
         ApiContext(
             services=services,
@@ -341,15 +353,12 @@ def build_http(
             render_metrics=metrics.render,
             provider_status=lambda: provider_status(providers),
             channel_status=channels.status,
+            uploads=Uploads(limits=attachment_limits(config), fetcher=fetcher or UrlFetcher()),
+            visitor_chat=web.visitor_chat,
         ),
-        body_limit=config.limits.body_bytes,
-    )
-    web = WebChat(
-        services=services,
-        token=config.api.token,
-        secret=web_secret(data_dir),
-        assistant_name=config.assistant.name,
-        setup_hint=ECHO_HINT if config.defaults.provider == "echo" else None,
+        body_limit=limits.body_bytes,
+        # A message may carry one file at its cap as base64 (4 characters per 3 bytes).
+        upload_limit=limits.body_bytes + (max(limits.image_bytes, limits.file_bytes) * 4 + 2) // 3,
     )
     http.router.routes.extend(web.routes())
     http.router.routes.append(

@@ -92,6 +92,8 @@ class ChannelContext:
     clock: Callable[[], datetime]
     assistant_name: str = "Postroom"
     image_bytes: int = 5 * 1024 * 1024
+    #: Any other file an adapter fetches (a document, a PDF, a voice note) is at most this.
+    file_bytes: int = 20 * 1024 * 1024
     extras: Mapping[str, Any] = field(default_factory=dict)
 
 

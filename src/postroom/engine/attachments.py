@@ -7,18 +7,30 @@ message; the message's metadata keeps ``{kind, mime, name, size, sha256}`` (MESS
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import structlog
 
 from postroom.core.attachments import AttachmentRef, Blob, decode_base64
-from postroom.core.errors import InvalidInput
+from postroom.core.errors import InvalidInput, TooLarge
 from postroom.core.messages import Attachment
 
-__all__ = ["AttachmentLimits", "cap_for", "stored_attachments"]
+__all__ = [
+    "KINDS",
+    "AttachmentLimits",
+    "attachment_label",
+    "cap_for",
+    "check_attachment",
+    "stored_attachments",
+]
 
 log = structlog.get_logger(__name__)
+
+#: The kinds an attachment may declare.
+KINDS = frozenset({"image", "file", "voice", "audio", "video"})
+_MIME = re.compile(r"[a-z0-9][a-z0-9!#$&^_.+-]{0,126}/[a-z0-9][a-z0-9!#$&^_.+-]{0,126}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,3 +72,36 @@ def stored_attachments(
                 )
         refs.append(ref)
     return refs, blobs
+
+
+def attachment_label(attachment: Attachment) -> str:
+    """How a refusal names an attachment."""
+    return f"The attachment {attachment.name!r}" if attachment.name else "An attachment"
+
+
+def check_attachment(attachment: Attachment, limits: AttachmentLimits) -> Attachment:
+    """An attachment someone sends (the API, the web chat) checked, refused with one sentence:
+    a known kind, a MIME type of the form type/subtype (an image's an ``image/`` one), base64
+    data within its cap. Its ``size`` becomes the decoded size."""
+    label = attachment_label(attachment)
+    if attachment.kind not in KINDS:
+        raise InvalidInput(
+            f"{label} has kind {attachment.kind!r}; the kinds are {', '.join(sorted(KINDS))}."
+        )
+    if attachment.data and attachment.url:
+        raise InvalidInput(f"{label} has both data and a url; send one of them.")
+    mime = attachment.mime.strip().lower()
+    if not _MIME.fullmatch(mime):
+        raise InvalidInput(
+            f"{label} has MIME type {mime!r}; send a type of the form type/subtype, "
+            "such as image/png."
+        )
+    if attachment.kind == "image" and not mime.startswith("image/"):
+        raise InvalidInput(f"{label} is an image but its MIME type is {mime!r}.")
+    if not attachment.data:
+        return replace(attachment, mime=mime)
+    cap = cap_for(attachment.kind, mime, limits)
+    raw = decode_base64(attachment.data, name=attachment.name, cap_bytes=cap)
+    if len(raw) > cap:  # (decode_base64 refused it already; kept for a cap of 0)
+        raise TooLarge(f"{label} is {len(raw)} bytes; the limit is {cap}.")
+    return replace(attachment, mime=mime, size=len(raw))
