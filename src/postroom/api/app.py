@@ -16,7 +16,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from postroom import __version__
 from postroom.api.errors import describe_validation, error_response, error_status
-from postroom.api.ingest_lane import PATH as INGEST_PATH
 from postroom.api.ingest_lane import IngestLane, documented_route
 from postroom.api.middleware import BearerAuth, BodyLimit, JsonBodies
 from postroom.api.openapi import corrected_openapi
@@ -33,7 +32,6 @@ def create_api(
     ctx: ApiContext,
     *,
     body_limit: int,
-    upload_limit: int | None = None,
     title: str = "postroom",
 ) -> FastAPI:
     """The FastAPI app with the API router, health and metrics; surfaces add their routes."""
@@ -81,9 +79,7 @@ def create_api(
     # never parsed.
     app.add_middleware(IngestLane, ingest=functools.partial(ingest_body, ctx))
     app.add_middleware(JsonBodies)
-    # A message may carry attachments as base64: its body may hold one file at its cap.
-    larger = (INGEST_PATH, max(upload_limit, body_limit)) if upload_limit else None
-    app.add_middleware(BodyLimit, limit=body_limit, larger=larger)
+    app.add_middleware(BodyLimit, limit=body_limit)
     app.add_middleware(
         BearerAuth,
         authenticate=ctx.services.tokens.authenticate,

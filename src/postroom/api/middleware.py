@@ -66,22 +66,17 @@ class BodyLimit:
     (up to the limit) before the app runs, so a chunked upload cannot get half-processed.
     """
 
-    def __init__(self, app: ASGIApp, *, limit: int, larger: tuple[str, int] | None = None) -> None:
+    def __init__(self, app: ASGIApp, *, limit: int) -> None:
         self._app = app
         self._limit = limit
-        #: One path whose bodies may be larger (the messages that carry attachments).
-        self._larger = larger
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self._app(scope, receive, send)
             return
-        limit = self._limit
-        if self._larger is not None and scope["path"] == self._larger[0]:
-            limit = self._larger[1]
-        refuse = error_response(413, f"The body is over {limit} bytes.")
+        refuse = error_response(413, f"The body is over {self._limit} bytes.")
         for name, value in scope.get("headers", ()):
-            if name == b"content-length" and value.isdigit() and int(value) > limit:
+            if name == b"content-length" and value.isdigit() and int(value) > self._limit:
                 await refuse(scope, receive, send)
                 return
         messages: list[Message] = []
@@ -92,7 +87,7 @@ class BodyLimit:
             if message["type"] != "http.request":
                 break
             size += len(message.get("body", b""))
-            if size > limit:
+            if size > self._limit:
                 await refuse(scope, receive, send)
                 return
             if not message.get("more_body", False):

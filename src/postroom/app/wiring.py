@@ -345,7 +345,6 @@ def build_http(
         setup_hint=ECHO_HINT if config.defaults.provider == "echo" else None,
         attachments=attachment_limits(config),
     )
-    limits = config.limits
     http = create_api(
         ApiContext(
             services=services,
@@ -356,9 +355,8 @@ def build_http(
             uploads=Uploads(limits=attachment_limits(config), fetcher=fetcher or UrlFetcher()),
             visitor_chat=web.visitor_chat,
         ),
-        body_limit=limits.body_bytes,
-        # A message may carry one file at its cap as base64 (4 characters per 3 bytes).
-        upload_limit=limits.body_bytes + (max(limits.image_bytes, limits.file_bytes) * 4 + 2) // 3,
+        # Attachments sent inline count towards the body; a larger file is sent by its URL.
+        body_limit=config.limits.body_bytes,
     )
     http.router.routes.extend(web.routes())
     http.router.routes.append(
