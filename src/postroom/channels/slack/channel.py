@@ -331,7 +331,9 @@ class SlackChannel(BaseChannel):
             name = await self._directory.name(message.user_id)
             if message.files and self._files is not None:
                 attachments = await self._files.attachments(
-                    message.files, cap_bytes=self.context.image_bytes
+                    message.files,
+                    cap_bytes=self.context.image_bytes,
+                    file_cap_bytes=self.context.file_bytes,
                 )
         metadata: dict[str, Any] = {
             "slack": {

@@ -1,8 +1,9 @@
 """Files attached to Slack messages, fetched before ingest.
 
 Slack's ``url_private`` needs the bot token, so postroom could not fetch it later: images
-(for vision models) and audio clips (kind ``voice``, transcribed after the acknowledgement when
-a transcriber is configured) are downloaded here within the size cap and kept inline as base64.
+(for vision models), audio clips (kind ``voice``, transcribed after the acknowledgement when
+a transcriber is configured) and other files (PDFs, text) are downloaded here within their size
+caps and kept inline as base64 (ingest stores the bytes once, as a blob).
 The token is only ever sent to Slack's own hosts (or to the configured ``base_url``'s host).
 Downloads share the 3-second budget of an Events API request, so they have a short timeout; a
 file that cannot be fetched in time is kept as a reference without its data.
@@ -56,8 +57,14 @@ class FileFetcher:
         return parts.scheme == "https" and (host == "slack.com" or host.endswith(".slack.com"))
 
     async def attachments(
-        self, files: Iterable[Mapping[str, Any]], *, cap_bytes: int
+        self,
+        files: Iterable[Mapping[str, Any]],
+        *,
+        cap_bytes: int,
+        file_cap_bytes: int | None = None,
     ) -> tuple[Attachment, ...]:
+        """Each file with its bytes when within its cap: *cap_bytes* for images and audio,
+        *file_cap_bytes* for any other file (a PDF, a text file)."""
         out: list[Attachment] = []
         for file in files:
             kind = kind_of_file(file)
@@ -65,9 +72,14 @@ class FileFetcher:
             size = _int(file.get("size"))
             mime = str(file.get("mimetype") or "")
             name = str(file.get("name") or file.get("title") or "")
+            cap = (
+                cap_bytes
+                if kind in ("image", "voice") or file_cap_bytes is None
+                else file_cap_bytes
+            )
             data = ""
-            if kind in ("image", "voice") and url and size <= cap_bytes and self.trusted(url):
-                data = await self._download(url, cap_bytes)
+            if url and size <= cap and self.trusted(url):
+                data = await self._download(url, cap)
             out.append(Attachment(kind=kind, mime=mime, name=name, size=size, url=url, data=data))
         return tuple(out)
 

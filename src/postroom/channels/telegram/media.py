@@ -29,13 +29,13 @@ async def fetch_attachments(
     bot: Bot, message: Message, *, cap_bytes: int, file_cap_bytes: int | None = None
 ) -> tuple[Attachment, ...]:
     """The message's voice note, photo or document as attachments with inline data (within
-    *cap_bytes* for an image, *file_cap_bytes* for anything else)."""
+    *cap_bytes* for an image or a voice note, *file_cap_bytes* for a document)."""
     file_cap = cap_bytes if file_cap_bytes is None else file_cap_bytes
     voice = message.voice or message.audio
     if voice is not None:
         mime = voice.mime_type or "audio/ogg"
         name = getattr(voice, "file_name", None) or ""
-        data, size = await _download(bot, voice.file_id, voice.file_size, file_cap)
+        data, size = await _download(bot, voice.file_id, voice.file_size, cap_bytes)
         return (_attachment("voice", mime, name, size, data),)
     if message.photo:
         photo = _largest_within(message.photo, cap_bytes)

@@ -217,15 +217,17 @@ class WhatsAppChannel(BaseChannel):
         )
 
     async def _fetch(self, media: MediaRef) -> Attachment:
-        """The attachment of a message; images and voice notes inline when within the cap
-        (a voice note is transcribed after the acknowledgement, before its turn runs)."""
+        """The attachment of a message; images, voice notes and documents inline when within
+        their cap (a voice note is transcribed after the acknowledgement, before its turn
+        runs)."""
         bare = Attachment(kind=media.kind, mime=media.mime, name=media.name)
-        if media.kind not in ("image", "voice") or not media.media_id:
+        if media.kind not in ("image", "voice", "file") or not media.media_id:
             return bare
+        cap = self.context.file_bytes if media.kind == "file" else self.context.image_bytes
         try:
             file = await self.graph.media(
                 media.media_id,
-                cap_bytes=self.context.image_bytes,
+                cap_bytes=cap,
                 timeout_s=self._config.media_timeout_s,
             )
         except (GraphError, httpx.HTTPError) as exc:
