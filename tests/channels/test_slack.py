@@ -248,6 +248,7 @@ async def test_images_and_audio_clips_are_fetched_with_the_bot_token_within_the_
     clip = b"webm-audio-bytes"
     fake.files["cat.png"] = (png, "image/png")
     fake.files["clip.webm"] = (clip, "audio/webm")
+    fake.files["notes.csv"] = (b"day,amount\nmon,3\n", "text/csv")
     files = [
         {
             "id": "F1",
@@ -280,6 +281,14 @@ async def test_images_and_audio_clips_are_fetched_with_the_bot_token_within_the_
             "size": 10,
             "url_private": "https://evil.example/steal.png",
         },
+        # A file that is not an image: within the file cap, fetched all the same.
+        {
+            "id": "F5",
+            "name": "notes.csv",
+            "mimetype": "text/csv",
+            "size": 17,
+            "url_private": fake.file_url("notes.csv"),
+        },
     ]
     await event(
         slack,
@@ -288,7 +297,7 @@ async def test_images_and_audio_clips_are_fetched_with_the_bot_token_within_the_
     )
     (stored,) = await engine.user_messages(CHANNEL)
     assert stored.content == "[Voice message]"
-    image, voice, huge, evil = stored.metadata["attachments"]
+    image, voice, huge, evil, notes = stored.metadata["attachments"]
     # The bytes are stored once, as blobs; the row keeps their hashes.
     assert (image["kind"], image["mime"], image["sha256"]) == (
         "image",
@@ -302,7 +311,11 @@ async def test_images_and_audio_clips_are_fetched_with_the_bot_token_within_the_
     )
     assert "sha256" not in huge and "url" not in huge
     assert "sha256" not in evil
-    assert fake.file_requests == [f"Bearer {BOT_TOKEN}", f"Bearer {BOT_TOKEN}"]
+    assert (notes["kind"], notes["sha256"]) == (
+        "file",
+        hashlib.sha256(b"day,amount\nmon,3\n").hexdigest(),
+    )
+    assert fake.file_requests == [f"Bearer {BOT_TOKEN}"] * 3
 
 
 # ----------------------------------------------------------------------------- the webhook

@@ -222,6 +222,7 @@ async def test_images_and_voice_notes_are_fetched_with_the_token_within_the_cap(
     fake.media["IMG1"] = (png, "image/png")
     fake.media["AUD1"] = (ogg, "audio/ogg")
     fake.media["BIG1"] = (b"x" * 300, "image/jpeg")
+    fake.media["DOC1"] = (b"%PDF-1.7 q3", "application/pdf")
     fake.media_info["BIG2"] = {"url": fake.file_url("BIG1"), "mime_type": "image/jpeg"}
     fake.media_info["EVIL"] = {"url": "https://evil.example/steal.jpg", "file_size": 10}
     channel = build(section(fake.base_url))
@@ -281,10 +282,17 @@ async def test_images_and_voice_notes_are_fetched_with_the_token_within_the_cap(
     assert stored["wamid.I3"].metadata["attachments"][0]["size"] == 300
     assert stored["wamid.I7"].content == "[File: q3.pdf]"
     assert stored["wamid.I7"].metadata["whatsapp"]["media_id"] == "DOC1"
+    (document,) = stored["wamid.I7"].metadata["attachments"]
+    assert (document["kind"], document["name"], document["sha256"]) == (
+        "file",
+        "q3.pdf",
+        hashlib.sha256(b"%PDF-1.7 q3").hexdigest(),
+    )
     assert stored["wamid.I8"].content == "[Video]"
     assert stored["wamid.I9"].content == "[Sticker]"
-    # Downloads: the image, the voice note and the cut-off one, each with the token.
-    assert fake.downloads == [f"Bearer {ACCESS_TOKEN}"] * 3
+    # Downloads: the image, the voice note, the cut-off one and the document, each with the
+    # token.
+    assert fake.downloads == [f"Bearer {ACCESS_TOKEN}"] * 4
 
 
 async def test_other_kinds_become_words_and_reactions_are_likes(
