@@ -108,7 +108,7 @@ class WebChat:
         response = Response(self._page, media_type="text/html; charset=utf-8")
         response.headers["Cache-Control"] = "no-store"
         response.headers["Content-Security-Policy"] = (
-            "default-src 'self'; connect-src 'self'; img-src 'self' data:; "
+            "default-src 'self'; connect-src 'self'; img-src 'self' data: blob:; "
             "style-src 'self'; script-src 'self'; frame-ancestors 'none'"
         )
         if verify_value(self._secret, request.cookies.get(VISITOR_COOKIE)) is None:
