@@ -311,11 +311,16 @@ async def test_images_and_audio_clips_are_fetched_with_the_bot_token_within_the_
     )
     assert "sha256" not in huge and "url" not in huge
     assert "sha256" not in evil
-    assert (notes["kind"], notes["sha256"]) == (
-        "file",
-        hashlib.sha256(b"day,amount\nmon,3\n").hexdigest(),
-    )
-    assert fake.file_requests == [f"Bearer {BOT_TOKEN}"] * 3
+    # A file that is not a picture or a clip waits for after the acknowledgement (the 3 s
+    # budget of the request is not spent on it): the turn's enrichment fetches it.
+    assert (notes["kind"], notes["fetch_url"]) == ("file", fake.file_url("notes.csv"))
+    assert "sha256" not in notes
+    assert fake.file_requests == [f"Bearer {BOT_TOKEN}"] * 2
+    late = await slack.fetch_attachment(fake.file_url("notes.csv"), cap_bytes=1000)
+    assert late == b"day,amount\nmon,3\n"
+    assert fake.file_requests[-1] == f"Bearer {BOT_TOKEN}"
+    assert await slack.fetch_attachment(fake.file_url("notes.csv"), cap_bytes=5) is None
+    assert await slack.fetch_attachment("https://evil.example/notes.csv", cap_bytes=1000) is None
 
 
 # ----------------------------------------------------------------------------- the webhook

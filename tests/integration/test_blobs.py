@@ -18,6 +18,8 @@ import pytest
 from postroom.core.errors import NotFound
 from postroom.core.messages import Attachment, InboundMessage
 from postroom.engine import Services
+from postroom.engine.attachments import AttachmentLimits
+from postroom.engine.enrich import Enricher
 from postroom.engine.folders import FolderSpec
 from postroom.store import SqliteStore
 from postroom.store.sqlite.base import sha256 as text_sha256
@@ -93,6 +95,65 @@ async def test_a_blob_is_found_for_its_chat_only(tmp_path: Path, clock: Any) -> 
         assert str(refused.value) == f"There is no attachment {sha(PHOTO)!r}."
     finally:
         await services.store.close()
+
+
+async def test_a_file_left_for_later_is_fetched_before_the_turn_runs(
+    tmp_path: Path, clock: Any
+) -> None:
+    """PIPELINE §1.4: an adapter acknowledges at once and leaves a slow download for later;
+    the turn's enrichment fetches it (through the chat's adapter) and stores the blob."""
+    services = await routed_services(tmp_path, clock)
+    pdf = b"%PDF-1.7 late"
+    asked: list[tuple[str, str, int]] = []
+
+    async def fetch(chat_jid: str, url: str, cap_bytes: int) -> bytes | None:
+        asked.append((chat_jid, url, cap_bytes))
+        return pdf if url.endswith("/ok.pdf") else None
+
+    try:
+        late = Attachment(
+            "file", "application/pdf", "ok.pdf", 13, url="https://f.example/ok.pdf", deferred=True
+        )
+        gone = Attachment(
+            "file",
+            "application/pdf",
+            "gone.pdf",
+            9,
+            url="https://f.example/gone.pdf",
+            deferred=True,
+        )
+        result = await services.ingest.ingest(
+            with_files("slack:C1", "read these", "m1", late, gone)
+        )
+        (stored,) = await services.history.messages(chat_jid="slack:C1")
+        assert [a.get("fetch_url") for a in stored.metadata["attachments"]] == [late.url, gone.url]
+        async with services.store.read() as tx:
+            job = await tx.get_job(int(result.decision.job_id or 0))
+        assert job is not None
+        enricher = Enricher(
+            store=services.store,
+            transcribe=None,
+            fetch=fetch,
+            limits=AttachmentLimits(file_bytes=1000),
+        )
+        await enricher.enrich(job)
+        await enricher.enrich(job)  # done once: nothing is fetched again
+        (stored,) = await services.history.messages(chat_jid="slack:C1")
+        blob = await services.history.blob(sha(pdf), chat_jid="slack:C1")
+    finally:
+        await services.store.close()
+    assert stored.metadata["attachments"] == [
+        {
+            "kind": "file",
+            "mime": "application/pdf",
+            "name": "ok.pdf",
+            "size": len(pdf),
+            "sha256": sha(pdf),
+        },
+        {"kind": "file", "mime": "application/pdf", "name": "gone.pdf", "size": 9},
+    ]
+    assert blob.data == pdf
+    assert asked == [("slack:C1", late.url, 1000), ("slack:C1", gone.url, 1000)]
 
 
 def database_before_blobs(path: Path) -> None:

@@ -198,7 +198,13 @@ class Gateway:
             services=services,
             tasks=services.tasks,
             workers=build_workers(
-                services, data_dir, config, providers=models, transcribe=voice, metrics=metrics
+                services,
+                data_dir,
+                config,
+                providers=models,
+                transcribe=voice,
+                metrics=metrics,
+                fetch=host.fetch_attachment,
             ),
             delivery=delivery_loop(services, config, sinks=sinks, metrics=metrics),
             scheduler=Scheduler(

@@ -34,7 +34,7 @@ from postroom.engine.clock import Clock
 from postroom.engine.compaction import CompactionSettings, Compactor
 from postroom.engine.context_builder import ContextBuilder, ContextSettings
 from postroom.engine.delivery import DeliveryLoop, DeliverySettings, SinkRouter
-from postroom.engine.enrich import Enricher, Transcribe
+from postroom.engine.enrich import Enricher, FetchAttachment, Transcribe
 from postroom.engine.ingest import IngestLimits
 from postroom.engine.memory import MemoryService
 from postroom.engine.runner import ProviderRunner
@@ -202,6 +202,7 @@ def build_workers(
     providers: Mapping[str, Provider],
     transcribe: Transcribe | None,
     metrics: PrometheusMetrics,
+    fetch: FetchAttachment | None = None,
 ) -> WorkerPool:
     """The turn workers with everything a turn uses: the tool loop over the providers, the
     context (personas, memory, compaction, voice notes), the answer writer and the tools."""
@@ -242,7 +243,13 @@ def build_workers(
         ),
         memory=memory,
         compactor=compactor,
-        enricher=Enricher(store=store, transcribe=transcribe),
+        enricher=Enricher(
+            store=store,
+            transcribe=transcribe,
+            fetch=fetch,
+            limits=attachment_limits(config),
+            clock=clock,
+        ),
         models=models,
     )
     return WorkerPool(

@@ -182,6 +182,12 @@ class BaseChannel:
         """One cheap call proving the credentials work (``postroom doctor``)."""
         return await self.do_check()
 
+    async def fetch_attachment(self, url: str, *, cap_bytes: int) -> bytes | None:
+        """The bytes of an attachment the adapter left to fetch after the acknowledgement
+        (PIPELINE §1.4), or ``None`` (over *cap_bytes*, unreachable, or an adapter that fetches
+        everything as it arrives: this default)."""
+        return None
+
     # -- inbound -------------------------------------------------------------------------------
     @final
     async def receive(self, message: InboundMessage) -> IngestResult | None:

@@ -92,6 +92,9 @@ class AttachmentRef:
     name: str = ""
     size: int = 0
     sha256: str = ""
+    #: Where an adapter left the bytes to be fetched after the acknowledgement (PIPELINE
+    #: §1.4); gone once they are stored.
+    fetch_url: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -102,6 +105,8 @@ class AttachmentRef:
         }
         if self.sha256:
             out["sha256"] = self.sha256
+        elif self.fetch_url:
+            out["fetch_url"] = self.fetch_url
         return out
 
 
@@ -122,6 +127,7 @@ def attachment_refs(metadata: Mapping[str, Any]) -> tuple[AttachmentRef, ...]:
                 name=str(entry.get("name") or ""),
                 size=size if isinstance(size, int) else 0,
                 sha256=str(entry.get("sha256") or ""),
+                fetch_url=str(entry.get("fetch_url") or ""),
             )
         )
     return tuple(refs)

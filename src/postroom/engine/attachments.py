@@ -55,7 +55,13 @@ def stored_attachments(
     refs: list[AttachmentRef] = []
     blobs: list[Blob] = []
     for attachment in attachments:
-        ref = AttachmentRef(attachment.kind, attachment.mime, attachment.name, attachment.size)
+        ref = AttachmentRef(
+            attachment.kind,
+            attachment.mime,
+            attachment.name,
+            attachment.size,
+            fetch_url=attachment.url if attachment.deferred and not attachment.data else "",
+        )
         if attachment.data:
             cap = cap_for(attachment.kind, attachment.mime, limits)
             try:

@@ -117,6 +117,12 @@ class SlackChannel(BaseChannel):
     def bot(self) -> BotIdentity | None:
         return self._bot
 
+    async def fetch_attachment(self, url: str, *, cap_bytes: int) -> bytes | None:
+        """A file left for after the acknowledgement (see ``files``), with the bot token."""
+        if self._files is None:
+            return None
+        return await self._files.fetch(url, cap_bytes)
+
     # -- lifecycle ---------------------------------------------------------------------------
     async def do_start(self) -> None:
         self._session = aiohttp.ClientSession()
