@@ -254,9 +254,15 @@ async def test_images_and_voice_notes_are_fetched_with_the_token_within_the_cap(
             message("video", {"id": "VID1", "mime_type": "video/mp4"}, id="wamid.I8"),
             message("sticker", {"id": "STK1", "mime_type": "image/webp"}, id="wamid.I9"),
         )
+        stored = {m.id: m for m in await engine.user_messages(DM)}
+        assert fake.downloads == [f"Bearer {ACCESS_TOKEN}"] * 3
+        # What the turn's enrichment asks the adapter for, after the acknowledgement.
+        late = await channel.fetch_attachment("whatsapp-media:DOC1", cap_bytes=1000)
+        assert late == b"%PDF-1.7 q3"
+        assert await channel.fetch_attachment("whatsapp-media:DOC1", cap_bytes=5) is None
+        assert await channel.fetch_attachment("https://elsewhere.example/x", cap_bytes=99) is None
     finally:
         await channel.stop()
-    stored = {m.id: m for m in await engine.user_messages(DM)}
     assert len(stored) == 9
     image = stored["wamid.I1"]
     assert image.content == "my cat"
@@ -282,16 +288,17 @@ async def test_images_and_voice_notes_are_fetched_with_the_token_within_the_cap(
     assert stored["wamid.I3"].metadata["attachments"][0]["size"] == 300
     assert stored["wamid.I7"].content == "[File: q3.pdf]"
     assert stored["wamid.I7"].metadata["whatsapp"]["media_id"] == "DOC1"
+    # A document is fetched after the acknowledgement, by the turn's enrichment.
     (document,) = stored["wamid.I7"].metadata["attachments"]
-    assert (document["kind"], document["name"], document["sha256"]) == (
+    assert (document["kind"], document["name"], document["fetch_url"]) == (
         "file",
         "q3.pdf",
-        hashlib.sha256(b"%PDF-1.7 q3").hexdigest(),
+        "whatsapp-media:DOC1",
     )
     assert stored["wamid.I8"].content == "[Video]"
     assert stored["wamid.I9"].content == "[Sticker]"
-    # Downloads: the image, the voice note, the cut-off one and the document, each with the
-    # token.
+    # Downloads: the image, the voice note and the cut-off one, then the document, each with
+    # the token.
     assert fake.downloads == [f"Bearer {ACCESS_TOKEN}"] * 4
 
 
