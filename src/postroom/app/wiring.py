@@ -40,6 +40,7 @@ from postroom.engine.memory import MemoryService
 from postroom.engine.runner import ProviderRunner
 from postroom.engine.services import Services
 from postroom.engine.signals import Signals
+from postroom.engine.skills import SkillLimits
 from postroom.engine.tools import ToolFactory
 from postroom.engine.turns import QueueSettings
 from postroom.engine.worker import WorkerPool
@@ -125,6 +126,9 @@ def build_services(
         tick_s=config.scheduler.tick_s,
         api_token=config.api.token,
         providers=config.provider_names(),
+        skills=SkillLimits(
+            max_per_run=config.skills.max_per_run, max_chars=config.skills.max_chars
+        ),
     )
 
 
@@ -251,6 +255,7 @@ def build_workers(
             clock=clock,
         ),
         models=models,
+        skills=services.skills,
     )
     return WorkerPool(
         store=store,

@@ -27,6 +27,7 @@ from postroom.store.sqlite.migrate import apply_migrations
 from postroom.store.sqlite.outbox import OutboxStatements
 from postroom.store.sqlite.queue import QueueStatements
 from postroom.store.sqlite.runs import RunStatements
+from postroom.store.sqlite.skills import SkillStatements
 from postroom.store.sqlite.tokens import TokenStatements
 from postroom.store.sqlite.wal import Checkpoint, WalKeeper, WalLimits
 
@@ -45,6 +46,7 @@ class SqliteTx(
     RunStatements,
     MemoryStatements,
     TokenStatements,
+    SkillStatements,
     BlobStatements,
     StoreTx,
 ):

@@ -1,1 +1,0 @@
--- postroom schema, version 7: reserved (no change).
