@@ -40,6 +40,7 @@ from postroom.engine.tasks import TaskService, task_to_dict
 from postroom.engine.tokens import OWNER, Principal, token_to_dict
 from postroom.engine.turns import job_to_dict
 from postroom.engine.views import (
+    delivery_record_to_dict,
     drop_to_dict,
     message_to_dict,
     route_change_to_dict,
@@ -121,6 +122,13 @@ def build_router(ctx: ApiContext) -> APIRouter:
             chat_jid=chat_jid, folder=folder, after_seq=after_seq, limit=limit, within=who.folder
         )
         return {"messages": [message_to_dict(m) for m in found]}
+
+    @api.get(
+        "/messages/{chat_jid:path}/{message_id}/journey",
+        summary="One inbound message's whole path: decision, jobs, runs, answers, deliveries",
+    )
+    async def journey(chat_jid: str, message_id: str, who: Principal = Caller) -> dict[str, Any]:
+        return await services.journeys.journey(chat_jid, message_id, within=who.folder)
 
     @api.get("/events", summary="Server-Sent Events: stored messages and deliveries, live")
     async def events(request: Request, after_seq: int | None = Seq) -> StreamingResponse:
@@ -325,6 +333,25 @@ def build_router(ctx: ApiContext) -> APIRouter:
     @api.get("/runs/{run_id}")
     async def get_run(run_id: RowId, who: Principal = Caller) -> dict[str, Any]:
         return run_to_dict(await services.history.run(run_id, within=who.folder))
+
+    @api.get("/deliveries", summary="Outbox rows, newest first (failed: pending after a refusal)")
+    async def list_deliveries(
+        status: str | None = Query(
+            None, description="pending, failed, sent or abandoned; every row when left out."
+        ),
+        limit: int = Query(100, ge=1, le=1000),
+    ) -> dict[str, Any]:
+        found = await services.deliveries.list(status=status, limit=limit)
+        return {"deliveries": [delivery_record_to_dict(d) for d in found]}
+
+    @api.post(
+        "/deliveries/{delivery_id}/retry",
+        summary="Send a failed or abandoned delivery again now",
+        responses=refusals(409),
+    )
+    async def retry_delivery(delivery_id: RowId, who: Principal = Caller) -> dict[str, Any]:
+        retried = await services.deliveries.retry(delivery_id, actor=who.actor(SURFACE))
+        return delivery_record_to_dict(retried)
 
     @api.get("/providers", summary="Configured providers and their accounts' cooldowns")
     async def list_providers() -> dict[str, Any]:

@@ -38,6 +38,7 @@ ENDPOINTS: tuple[Endpoint, ...] = tuple(
     for method, path, scope, confined in (
         ("POST", "/api/v1/messages", ADMIN, False),
         ("GET", "/api/v1/messages", READ, True),
+        ("GET", "/api/v1/messages/{chat_jid:path}/{id}/journey", READ, True),
         ("GET", "/api/v1/events", READ, False),
         ("GET", "/api/v1/routes", READ, True),
         ("POST", "/api/v1/routes", ROUTES, True),
@@ -59,7 +60,10 @@ ENDPOINTS: tuple[Endpoint, ...] = tuple(
         ("GET", "/api/v1/jobs", READ, True),
         ("POST", "/api/v1/jobs/{id}/retry", ADMIN, False),
         ("POST", "/api/v1/jobs/{id}/cancel", ADMIN, False),
+        ("GET", "/api/v1/runs", READ, False),
         ("GET", "/api/v1/runs/{id}", READ, True),
+        ("GET", "/api/v1/deliveries", READ, False),
+        ("POST", "/api/v1/deliveries/{id}/retry", ADMIN, False),
         ("GET", "/api/v1/drops", READ, False),
         ("GET", "/api/v1/providers", READ, False),
         ("GET", "/api/v1/channels", READ, False),

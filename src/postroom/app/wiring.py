@@ -272,6 +272,7 @@ def delivery_loop(
             backoff_base_s=config.delivery.backoff_base_s, ttl_s=config.delivery.ttl_s
         ),
         metrics=metrics,
+        health=services.health,
     )
 
 
