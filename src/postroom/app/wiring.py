@@ -26,6 +26,7 @@ from postroom.channels.http import EventStreamSink, WebhookSession, WebhookSink
 from postroom.config import DATABASE_FILE, Config
 from postroom.core.errors import PostroomError
 from postroom.core.folders import FolderSettings
+from postroom.dashboard import Dashboard, DashboardContext
 from postroom.engine.answer import AnswerWriter
 from postroom.engine.clock import Clock
 from postroom.engine.compaction import CompactionSettings, Compactor
@@ -36,6 +37,7 @@ from postroom.engine.ingest import IngestLimits
 from postroom.engine.memory import MemoryService
 from postroom.engine.runner import ProviderRunner
 from postroom.engine.services import Services
+from postroom.engine.sessions import SessionKeeper
 from postroom.engine.signals import Signals
 from postroom.engine.tools import ToolFactory
 from postroom.engine.turns import QueueSettings
@@ -66,6 +68,7 @@ __all__ = [
     "queue_settings",
     "transcriber",
     "web_secret",
+    "webhook_platforms",
 ]
 
 SECRET_FILE = "web-secret"
@@ -139,6 +142,15 @@ def transcriber(config: Config) -> HttpTranscriber | None:
         api_key=section.api_key,
         client=httpx.AsyncClient(timeout=httpx.Timeout(10.0)),
     )
+
+
+def webhook_platforms(config: Config) -> list[str]:
+    """The platforms whose chats an outbound webhook serves."""
+    return [
+        platform
+        for platform, section in config.channels.get("http", {}).items()
+        if isinstance(section, dict) and section.get("outbound_url")
+    ]
 
 
 def build_sinks(config: Config) -> tuple[SinkRouter, WebhookSession | None]:
@@ -313,8 +325,12 @@ def build_http(
     providers: Mapping[str, Provider],
     channels: ChannelHost,
     metrics: PrometheusMetrics,
+    address: Mapping[str, Any] | None = None,
 ) -> FastAPI:
-    """The HTTP side: the API, the web chat, the terminal UI's socket and the adapters' hooks."""
+    """The HTTP side: the API, the web chat, the dashboard, the terminal UI's socket and the
+    adapters' hooks. *address* is this server as the dashboard's nodes page shows it (filled
+    in once it listens)."""
+    address = address if address is not None else {}
     http = create_api(
         ApiContext(
             services=services,
@@ -325,14 +341,28 @@ def build_http(
         ),
         body_limit=config.limits.body_bytes,
     )
+    secret = web_secret(data_dir)
+    sessions = SessionKeeper(secret=secret, tokens=services.tokens, clock=services.clock)
     web = WebChat(
         services=services,
-        token=config.api.token,
-        secret=web_secret(data_dir),
+        sessions=sessions,
+        secret=secret,
         assistant_name=config.assistant.name,
         setup_hint=ECHO_HINT if config.defaults.provider == "echo" else None,
     )
     http.router.routes.extend(web.routes())
+    dashboard = Dashboard(
+        context=DashboardContext(
+            services=services,
+            channel_status=channels.status,
+            adapter_platforms={c.name: tuple(c.platforms) for c in channels.channels},
+            webhook_platforms=tuple(sorted(webhook_platforms(config))),
+            server=lambda: dict(address),
+        ),
+        sessions=sessions,
+        assistant_name=config.assistant.name,
+    )
+    http.router.routes.extend(dashboard.routes())
     http.router.routes.append(
         TuiSocket(
             services=services, token=config.api.token, assistant_name=config.assistant.name
