@@ -439,8 +439,14 @@ def test_screenshots_of_every_page(rig: Rig) -> None:
     page = rig.page()
     for name, path in PAGES:
         page.goto(rig.url + path)
-        page.wait_for_load_state("networkidle") if name != "conversations" else None
+        page.evaluate("window.scrollTo(0, 0)")  # the sticky bar on top, where it belongs
         page.screenshot(path=str(out / f"{name}.png"), full_page=True)
+    page.goto(rig.url + "/dashboard/routes")
+    page.get_by_label("Seq", exact=True).fill("1")
+    page.get_by_label("Match", exact=True).fill("platform=sms")
+    page.get_by_label("Target", exact=True).fill("atlas")
+    page.get_by_role("button", name="Preview").click()
+    page.screenshot(path=str(out / "routes-preview.png"), full_page=True)
     page.goto(
         rig.url + "/dashboard/journey?chat=telegram:7003&id=" + _first_id(rig, "telegram:7003")
     )

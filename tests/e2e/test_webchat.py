@@ -20,6 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
 
 from e2e_harness import ServerProcess, Sink, ThreadServer, wait_for
 from fake_openai import FlakyChatCompletions
@@ -277,16 +279,11 @@ def test_a_token_in_the_url_is_never_used_and_leaves_the_address_bar(
 def test_a_socket_with_a_token_in_its_url_is_refused_and_says_where_to_sign_in(
     server: Server,
 ) -> None:
-    from websockets.sync.client import connect
-
     url = server.url.replace("http://", "ws://") + f"/ws/chat/main?token={server.token}"
-    with connect(url, proxy=None) as socket:
-        try:
-            socket.recv(timeout=5)
-        except Exception as exc:  # the close frame
-            assert "4401" in str(exc) and "dashboard" in str(exc)
-        else:
-            raise AssertionError("the socket was not closed")
+    with connect(url, proxy=None) as socket, pytest.raises(ConnectionClosed) as closed:
+        socket.recv(timeout=5)
+    assert closed.value.rcvd is not None
+    assert closed.value.rcvd.code == 4401 and "dashboard" in closed.value.rcvd.reason
 
 
 @pytest.mark.timeout(120)

@@ -11,7 +11,7 @@ __all__ = ["bar_chart"]
 _BAR_H = 22
 _GAP = 8
 _LABEL_W = 150
-_VALUE_W = 90
+_VALUE_W = 170
 _WIDTH = 640
 
 

@@ -48,6 +48,10 @@ def message_view(message: dict[str, Any]) -> dict[str, Any]:
     return message | {"folded": message["message_type"] in _FOLDED}
 
 
+def _money(amount: float) -> str:
+    return f"${amount:,.4f}" if amount < 1 else f"${amount:,.2f}"
+
+
 class InsightPages:
     def __init__(self, shell: Shell, context: Any) -> None:
         self._shell = shell
@@ -154,7 +158,7 @@ class InsightPages:
                 bar_chart(
                     f"Cost per {kind}, last {USAGE_DAYS} days",
                     [
-                        (key, values[0], f"${values[0]:,.4f} · {int(values[1]):,} tok")
+                        (key, values[0], f"{_money(values[0])} · {int(values[1]):,} tokens")
                         for key, values in sorted(groups.items())
                     ],
                 )
