@@ -171,7 +171,7 @@ class Gateway:
             used = {f.provider for f in folders if f.provider}
             models = build_providers(config, clock=clock, used=used)
         sinks, webhooks = build_sinks(config)
-        host = ChannelHost(adapters, signals=signals, sinks=sinks)
+        host = ChannelHost(adapters, signals=signals, sinks=sinks, clock=clock)
         voice = transcriber(config)
         address: dict[str, Any] = {"name": socket.gethostname(), "pid": os.getpid()}
         http = build_http(

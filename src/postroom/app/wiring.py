@@ -355,6 +355,7 @@ def build_http(
         context=DashboardContext(
             services=services,
             channel_status=channels.status,
+            probe_channels=channels.probe,
             adapter_platforms={c.name: tuple(c.platforms) for c in channels.channels},
             webhook_platforms=tuple(sorted(webhook_platforms(config))),
             server=lambda: dict(address),

@@ -3,7 +3,7 @@ thin shell over the engine functions the CLI, the API and MCP use."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -29,6 +29,8 @@ class DashboardContext:
     services: Services
     #: Each adapter's status (``ChannelStatus.to_dict``).
     channel_status: Callable[[], list[dict[str, Any]]] = list
+    #: Check every adapter's credentials now (the overview's ``Check channels``).
+    probe_channels: Callable[[], Awaitable[None]] | None = None
     #: The platforms each adapter serves, by adapter name.
     adapter_platforms: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     #: The platforms served by an outbound webhook.

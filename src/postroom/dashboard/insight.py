@@ -34,6 +34,7 @@ def routes(shell: Shell, context: Any) -> list[BaseRoute]:
     pages = InsightPages(shell, context)
     return [
         Route("/dashboard", shell.page(pages.overview), methods=["GET"]),
+        Route("/dashboard/channels/check", shell.page(pages.check_channels), methods=["POST"]),
         Route("/dashboard/conversations", shell.page(pages.conversations), methods=["GET"]),
         Route("/dashboard/journey", shell.page(pages.journey), methods=["GET"]),
         Route("/dashboard/runs/{run_id:int}", shell.page(pages.run), methods=["GET"]),
@@ -78,7 +79,13 @@ class InsightPages:
             failed_jobs=[job_to_dict(j) for j in figures.failed_jobs],
             abandoned=[delivery_record_to_dict(d) for d in figures.abandoned],
             health=[h.to_dict() for h in health],
+            adapters=bool(context.adapter_platforms),
         )
+
+    async def check_channels(self, request: Request, session: Session) -> Response:
+        if self._context.probe_channels is not None:
+            await self._context.probe_channels()
+        return self._shell.back("")
 
     async def conversations(self, request: Request, session: Session) -> Response:
         folder = request.query_params.get("folder") or None
