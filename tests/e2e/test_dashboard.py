@@ -435,7 +435,24 @@ PAGES = (
 def test_screenshots_of_every_page(rig: Rig) -> None:
     out = Path(os.environ["POSTROOM_TEST_SCREENSHOTS"])
     out.mkdir(parents=True, exist_ok=True)
-    rig.post("whatsapp:nobody", "a message with no route")  # a drop (no whatsapp route…)
+    routes = rig.api("GET", "/api/v1/routes").json()["routes"]
+    catch_all = next(r for r in routes if r["match"] == "")
+    rig.api("DELETE", f"/api/v1/routes/{catch_all['id']}")
+    rig.post("whatsapp:31600000000", "hello, is anyone there?")  # no route now: a drop
+    rig.api("POST", "/api/v1/routes", json={"seq": 9999, "match": "", "target": "main"})
+    for path in ("atlas/content", "atlas/social", "support"):
+        rig.api("POST", "/api/v1/folders", json={"path": path})
+    rig.api(
+        "POST",
+        "/api/v1/tasks",
+        json={
+            "folder": "atlas",
+            "chat_jid": "telegram:7001",
+            "schedule": "0 9 * * 1-5",
+            "prompt": "Summarize yesterday's messages",
+            "tz": "Europe/Berlin",
+        },
+    )
     page = rig.page()
     for name, path in PAGES:
         page.goto(rig.url + path)
