@@ -370,7 +370,7 @@ def test_pages_work_at_375_px_in_the_dark(rig: Rig) -> None:
     page = rig.page()
     page.set_viewport_size({"width": 375, "height": 800})
     page.emulate_media(color_scheme="dark")
-    for path in ("/dashboard", "/dashboard/routes", "/dashboard/usage", "/dashboard/jobs"):
+    for _, path in PAGES:
         page.goto(rig.url + path)
         width = page.evaluate("document.documentElement.scrollWidth")
         assert width <= 375, (path, width)
