@@ -8,7 +8,8 @@ URL ever carrying the token.
 
 The model is a fake OpenAI API in this process whose answers can be switched to fail; the
 ``telegram`` platform is answered through an outbound webhook that records what it gets, ``sms``
-through one nobody listens to. With ``POSTROOM_TEST_SCREENSHOTS=DIR`` the last test also saves
+through one nobody listens to. The tests share that server and its signed-in browser, and the
+later ones build on what the earlier made (the folder ``atlas`` and its route, priced runs). With ``POSTROOM_TEST_SCREENSHOTS=DIR`` the last test also saves
 a screenshot of every page under DIR (``docs/dashboard`` holds the committed ones).
 """
 
@@ -98,8 +99,7 @@ def _dead_url() -> str:
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     switch = Switch()
-    model = FlakyChatCompletions(seed=1, server_error_share=0.0, rate_limit_share=0.0)
-    model._statuses = switch.statuses()  # the fake's status sequence, switched by the test
+    model = FlakyChatCompletions(seed=1, statuses=switch.statuses())
     model_server = ThreadServer(model.app, "fake-openai").start()
     sink = Sink()
     sink.start()
@@ -134,6 +134,7 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
             rig = Rig(server, model, switch, sink, context)
             context.on("request", lambda request: rig.requested.append(request.url))
             context.on("websocket", lambda socket: rig.requested.append(socket.url))
+            _sign_in(rig.page("/dashboard/routes"), server.token)
             yield rig
             context.close()
             browser.close()
@@ -143,12 +144,12 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         model_server.stop()
 
 
-def _sign_in(rig: Rig) -> Page:
-    page = rig.page("/dashboard/routes")
+def _sign_in(page: Page, token: str) -> Page:
+    """Sign in on the page the dashboard sent *page* to; back on the page it asked for."""
     expect(page).to_have_url(re.compile(r"/dashboard/login"))
-    page.get_by_label("Token").fill(rig.server.token)
+    page.get_by_label("Token").fill(token)
     page.get_by_role("button", name="Sign in").click()
-    expect(page.get_by_role("heading", name="Routes", exact=True)).to_be_visible()
+    expect(page).not_to_have_url(re.compile(r"/dashboard/login"))
     return page
 
 
@@ -168,12 +169,15 @@ def _job_of(rig: Rig, posted: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_sign_in_with_a_wrong_token_says_so_and_the_right_one_opens_the_pages(rig: Rig) -> None:
-    page = rig.page("/dashboard")
+    context = rig.context.browser.new_context()  # type: ignore[union-attr]
+    context.on("request", lambda request: rig.requested.append(request.url))
+    page = context.new_page()
+    page.goto(rig.url + "/dashboard/routes")
     page.get_by_label("Token").fill("not-the-token-at-all")
     page.get_by_role("button", name="Sign in").click()
     expect(page.get_by_role("alert")).to_have_text(re.compile("not the API token"))
-    page.close()
-    page = _sign_in(rig)
+    _sign_in(page, rig.server.token)
+    expect(page.get_by_role("heading", name="Routes", exact=True)).to_be_visible()
     nav = page.get_by_role("navigation", name="Dashboard")
     for name in (
         "Overview",
@@ -192,10 +196,10 @@ def test_sign_in_with_a_wrong_token_says_so_and_the_right_one_opens_the_pages(ri
     # Every control is reachable by keyboard: the first Tab lands on the skip link.
     page.keyboard.press("Tab")
     expect(page.get_by_role("link", name="Skip to content")).to_be_focused()
-    cookies = {c["name"]: c for c in rig.context.cookies()}
-    session = cookies["postroom_session"]
+    session = next(c for c in context.cookies() if c["name"] == "postroom_session")
     assert session["httpOnly"] and session["sameSite"] == "Strict"
     assert rig.server.token not in session["value"]
+    context.close()
 
 
 def test_preview_lists_the_messages_a_new_route_would_change_and_save_routes_by_it(
