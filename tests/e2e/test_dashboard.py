@@ -9,8 +9,9 @@ URL ever carrying the token.
 The model is a fake OpenAI API in this process whose answers can be switched to fail; the
 ``telegram`` platform is answered through an outbound webhook that records what it gets, ``sms``
 through one nobody listens to. The tests share that server and its signed-in browser, and the
-later ones build on what the earlier made (the folder ``atlas`` and its route, priced runs). With ``POSTROOM_TEST_SCREENSHOTS=DIR`` the last test also saves
-a screenshot of every page under DIR (``docs/dashboard`` holds the committed ones).
+later ones build on what the earlier made (the folder ``atlas`` and its route, priced runs).
+With ``POSTROOM_TEST_SCREENSHOTS=DIR`` the last test also saves a screenshot of every page
+under DIR (``docs/dashboard`` holds the committed ones).
 """
 
 from __future__ import annotations
