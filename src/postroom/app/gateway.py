@@ -23,6 +23,7 @@ import structlog
 import uvicorn
 from fastapi import FastAPI
 
+from postroom.api.uploads import UrlFetcher
 from postroom.app.channels import ChannelHost, build_channels
 from postroom.app.metrics import PrometheusMetrics, TrafficSummary
 from postroom.app.providers import build_providers, close_providers
@@ -113,6 +114,8 @@ class Gateway:
     mcp: McpEndpoint | None = None
     #: Where ``serve.json`` is written while :meth:`run` listens.
     data_dir: Path | None = None
+    #: Where this server listens and since when (the dashboard's nodes page).
+    address: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     async def build(
@@ -124,18 +127,26 @@ class Gateway:
         providers: Mapping[str, Provider] | None = None,
         channels: Sequence[BaseChannel] | None = None,
         store: Store | None = None,
+        fetcher: UrlFetcher | None = None,
     ) -> Gateway:
         """Build every component of ``postroom serve`` over *data_dir* from *config*.
 
         The keyword arguments are the seams tests fill with fakes: *clock* for "now"
         everywhere; *providers* (by name) instead of those ``[providers]`` configures;
         *channels* instead of the adapters ``[channels]`` enables; *store* instead of the
-        directory's database (an open store, closed with the gateway).
+        directory's database (an open store, closed with the gateway); *fetcher* for the
+        attachment URLs the API is sent.
         """
         store = store if store is not None else await open_store(data_dir)
         try:
             return await cls._assemble(
-                store, data_dir, config, clock=clock, providers=providers, channels=channels
+                store,
+                data_dir,
+                config,
+                clock=clock,
+                providers=providers,
+                channels=channels,
+                fetcher=fetcher,
             )
         except BaseException:
             await store.close()
@@ -151,6 +162,7 @@ class Gateway:
         clock: Clock,
         providers: Mapping[str, Provider] | None,
         channels: Sequence[BaseChannel] | None,
+        fetcher: UrlFetcher | None = None,
     ) -> Gateway:
         # What may refuse the configuration comes first, before anything holds a connection.
         adapters = list(channels) if channels is not None else build_channels(config)
@@ -170,10 +182,18 @@ class Gateway:
             used = {f.provider for f in folders if f.provider}
             models = build_providers(config, clock=clock, used=used, data_dir=data_dir)
         sinks, webhooks = build_sinks(config)
-        host = ChannelHost(adapters, signals=signals, sinks=sinks)
+        host = ChannelHost(adapters, signals=signals, sinks=sinks, clock=clock)
         voice = transcriber(config)
+        address: dict[str, Any] = {"name": socket.gethostname(), "pid": os.getpid()}
         http = build_http(
-            services, data_dir, config, providers=models, channels=host, metrics=metrics
+            services,
+            data_dir,
+            config,
+            providers=models,
+            channels=host,
+            metrics=metrics,
+            fetcher=fetcher,
+            address=address,
         )
         mcp = _mcp_endpoint(services, config)
         if mcp is not None:
@@ -183,7 +203,13 @@ class Gateway:
             services=services,
             tasks=services.tasks,
             workers=build_workers(
-                services, data_dir, config, providers=models, transcribe=voice, metrics=metrics
+                services,
+                data_dir,
+                config,
+                providers=models,
+                transcribe=voice,
+                metrics=metrics,
+                fetch=host.fetch_attachment,
             ),
             delivery=delivery_loop(services, config, sinks=sinks, metrics=metrics),
             scheduler=Scheduler(
@@ -203,6 +229,7 @@ class Gateway:
             providers=models,
             mcp=mcp,
             data_dir=data_dir,
+            address=address,
         )
 
     _stop: asyncio.Event | None = None
@@ -252,6 +279,7 @@ class Gateway:
                 clock=self.services.clock,
                 assistant_name=self.config.assistant.name,
                 image_bytes=self.config.limits.image_bytes,
+                file_bytes=self.config.limits.file_bytes,
             )
         )
         summary = TrafficSummary(self.metrics.tally)
@@ -269,6 +297,7 @@ class Gateway:
             await serving  # raises the bind error, if any
             raise PostroomError(f"The HTTP server on {host}:{port} stopped at start.")
         log.info("serve.ready", host=host, port=port, pid=os.getpid())
+        self.address.update(host=host, port=port, started_at=self.services.clock().isoformat())
         if self.data_dir is not None:
             # INTERFACES §1: the CLI finds this server (and its real port) here.
             write_serve_file(self.data_dir, host, port)

@@ -26,6 +26,7 @@ from postroom.core.folders import FolderDefaults
 from postroom.core.jid import split_jid
 from postroom.engine.catalog import Catalog
 from postroom.engine.clock import Clock
+from postroom.engine.health import DeliveryHealth
 from postroom.engine.metrics import Metrics, NullMetrics
 from postroom.engine.notices import host_message
 from postroom.engine.signals import Signals
@@ -162,8 +163,10 @@ class DeliveryLoop:
         settings: DeliverySettings,
         on_sent: Callable[[DeliveryRecord], None] | None = None,
         metrics: Metrics | None = None,
+        health: DeliveryHealth | None = None,
     ) -> None:
         self._metrics = metrics or NullMetrics()
+        self._health = health
         self._store = store
         self._sinks = sinks
         self._catalog = catalog
@@ -342,6 +345,8 @@ class DeliveryLoop:
                         later(now, ttl_s),
                     )
         self._metrics.delivery("sent")
+        if self._health is not None:
+            self._health.sent(delivery.chat_jid)
         log.debug(
             "delivery.sent",
             delivery_id=delivery.id,
@@ -374,6 +379,8 @@ class DeliveryLoop:
                 delivery.id, attempts=attempts, next_try=next_try, error=str(error)
             )
         self._metrics.delivery("retried")
+        if self._health is not None:
+            self._health.failed(delivery.chat_jid, str(error))
         # The loop may be asleep past the new try.
         self._signals.deliveries.wake()
         log.warning(
@@ -400,6 +407,8 @@ class DeliveryLoop:
                 )
             )
         self._metrics.delivery("abandoned")
+        if self._health is not None:
+            self._health.failed(delivery.chat_jid, str(error))
         self._signals.stored.wake()
         log.warning(
             "delivery.abandoned",

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from postroom.core.attachments import Blob
 from postroom.core.decision import ChatState, ReplyTarget
 from postroom.core.folders import Folder
 from postroom.core.messages import StoredMessage
@@ -182,6 +183,8 @@ class StoreTx(Protocol):
 
     async def list_drops(self, *, limit: int) -> list[DropRecord]: ...
 
+    async def get_drop(self, message_id: str, chat_jid: str) -> DropRecord | None: ...
+
     async def recent_inbound(self, *, limit: int) -> list[StoredMessage]:
         """The newest *limit* stored inbound user messages (not the gateway's own), newest
         first."""
@@ -274,6 +277,10 @@ class StoreTx(Protocol):
 
     async def list_jobs(self, *, status: str | None, limit: int) -> list[JobRecord]: ...
 
+    async def job_for_message(self, message_id: str, chat_jid: str) -> JobRecord | None:
+        """The turn that answers an inbound message, if it fired one."""
+        ...
+
     async def finish_job(
         self,
         job_id: int,
@@ -342,8 +349,22 @@ class StoreTx(Protocol):
         ...
 
     async def list_deliveries(
-        self, *, message_id: str | None = None, status: str | None = None, limit: int = 100
-    ) -> list[DeliveryRecord]: ...
+        self,
+        *,
+        message_id: str | None = None,
+        status: str | None = None,
+        limit: int = 100,
+        newest_first: bool = False,
+    ) -> list[DeliveryRecord]:
+        """Rows by id; *status* ``failed`` means pending after at least one refused send."""
+        ...
+
+    async def get_delivery(self, delivery_id: int) -> DeliveryRecord | None: ...
+
+    async def requeue_delivery(self, delivery_id: int, *, now: datetime) -> DeliveryRecord | None:
+        """Make an abandoned or failing row due now, with a fresh TTL and no attempts; ``None``
+        when the row is sent, pending without an error, or missing."""
+        ...
 
     # -- memory, state, compactions, usage ------------------------------------------------------
     async def insert_fact(
@@ -460,6 +481,21 @@ class StoreTx(Protocol):
         ...
 
     async def delete_skill(self, folder: str, name: str) -> bool: ...
+
+    # -- blobs: attachment bytes, content-addressed ---------------------------------------------
+    async def insert_blobs(
+        self, blobs: Iterable[Blob], *, chat_jid: str, message_id: str, now: datetime
+    ) -> None:
+        """Store each blob once (by its SHA-256) and record that the message holds it."""
+        ...
+
+    async def get_blobs(self, hashes: Iterable[str]) -> dict[str, Blob]:
+        """The stored blobs among *hashes*, by hash."""
+        ...
+
+    async def chat_holds_blob(self, chat_jid: str, sha256: str) -> bool:
+        """Whether a message of *chat_jid* carries the blob (a visitor may fetch it)."""
+        ...
 
 
 class Store(Protocol):
