@@ -144,9 +144,17 @@ class QueueConfig(_Section):
     lease_renew_s: PositiveDuration = Field(10.0, alias="lease_renew")
 
 
+#: Sends in flight at once: each holds a connection (or a platform's rate budget).
+MAX_DELIVERY_CONCURRENCY = 10_000
+
+
 class DeliveryConfig(_Section):
     ttl_s: Duration = Field(3600.0, alias="ttl")
     backoff_base_s: Duration = Field(2.0, alias="backoff_base")
+    concurrency: Annotated[
+        int,
+        AfterValidator(functools.partial(check_count, maximum=MAX_DELIVERY_CONCURRENCY)),
+    ] = 64
 
 
 class ObserveConfig(_Section):
@@ -156,6 +164,10 @@ class ObserveConfig(_Section):
 
 class ContextConfig(_Section):
     max_messages: Count = 200
+    #: Images of the newest this many user rows reach a vision model (MESSAGES §4).
+    max_images: Count = 4
+    #: A text file longer than this is inlined up to here.
+    max_file_chars: Count = 20000
 
 
 class SkillsConfig(_Section):
@@ -169,6 +181,8 @@ class LimitsConfig(_Section):
     content_bytes: Count = 65536
     body_bytes: Count = 1048576
     image_bytes: Count = 5242880
+    #: One attachment that is not an image (a PDF, a text file, a voice note).
+    file_bytes: Count = 20971520
 
 
 class SchedulerConfig(_Section):
@@ -284,7 +298,12 @@ class ProviderConfig(_Section):
 class ModelConfig(_Section):
     """Overrides of postroom's model table: window and price (USD per million tokens)."""
 
-    context_window: Annotated[int, AfterValidator(functools.partial(check_count, minimum=256))]
+    #: Unset: the window postroom knows for the model (a conservative one when it knows none).
+    context_window: (
+        Annotated[int, AfterValidator(functools.partial(check_count, minimum=256))] | None
+    ) = None
+    #: Whether the model takes images (unset: what postroom knows of it).
+    vision: bool | None = None
     input_per_mtok: float | None = Field(None, ge=0, allow_inf_nan=False)
     output_per_mtok: float | None = Field(None, ge=0, allow_inf_nan=False)
 

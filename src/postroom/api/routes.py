@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Path, Query, Request
+from fastapi import APIRouter, Body, Depends, HTTPException, Path, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from postroom.api.middleware import PRINCIPAL
@@ -30,6 +30,8 @@ from postroom.api.models import (
     TokenIn,
 )
 from postroom.api.openapi import refusals
+from postroom.api.uploads import Uploads
+from postroom.core.attachments import IMAGE_MIMES, Blob
 from postroom.core.errors import InvalidInput
 from postroom.core.messages import Attachment, InboundMessage
 from postroom.engine.folders import FolderSpec, folder_to_dict
@@ -42,6 +44,7 @@ from postroom.engine.tasks import TaskService, task_to_dict
 from postroom.engine.tokens import OWNER, Principal, token_to_dict
 from postroom.engine.turns import job_to_dict
 from postroom.engine.views import (
+    delivery_record_to_dict,
     drop_to_dict,
     message_to_dict,
     route_change_to_dict,
@@ -59,6 +62,10 @@ RowId = Annotated[int, Path(ge=0, le=MAX_INT64)]
 Seq = Query(None, ge=0, le=MAX_INT64)
 
 
+async def _nobody(request: Request) -> Principal | None:
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class ApiContext:
     services: Services
@@ -70,6 +77,14 @@ class ApiContext:
     channel_status: Callable[[], list[dict[str, Any]]] = list
     #: The nodes sharing the database (PIPELINE §9), for ``GET /nodes``.
     node_status: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None
+    #: How ``POST /messages`` checks and fetches attachments.
+    uploads: Uploads = field(default_factory=Uploads)
+    #: The web chat visitor a request without a token comes from (``GET /blobs``): their
+    #: chat's JID for the page's *channel*, or ``None`` without a valid session.
+    visitor_chat: Callable[[Request, str], str | None] = lambda request, channel: None
+    #: The operator signed in on the dashboard a request without a token comes from
+    #: (``GET /blobs`` for the operator view of the web chat), or ``None``.
+    operator_session: Callable[[Request], Awaitable[Principal | None]] = _nobody
 
 
 def inbound_from_body(body: MessageIn, *, clock: Callable[[], datetime]) -> InboundMessage:
@@ -89,10 +104,32 @@ def inbound_from_body(body: MessageIn, *, clock: Callable[[], datetime]) -> Inbo
     )
 
 
-async def ingest_body(services: Services, body: MessageIn) -> dict[str, Any]:
+async def ingest_body(ctx: ApiContext, body: MessageIn) -> dict[str, Any]:
     """``POST /api/v1/messages``: the answer to one inbound message."""
-    result = await services.ingest.ingest(inbound_from_body(body, clock=services.clock))
+    services = ctx.services
+    message = inbound_from_body(body, clock=services.clock)
+    if message.attachments:
+        message = replace(
+            message, attachments=tuple(await ctx.uploads.resolve(message.attachments))
+        )
+    result = await services.ingest.ingest(message)
     return result.to_dict()
+
+
+def blob_response(blob: Blob) -> Response:
+    """An attachment's bytes. Only images are served as their type; anything else is a
+    download of opaque bytes, so a file someone sent can never run as a page of this origin."""
+    image = blob.mime in IMAGE_MIMES
+    return Response(
+        blob.data,
+        media_type=blob.mime if image else "application/octet-stream",
+        headers={
+            "Cache-Control": "private, max-age=86400, immutable",
+            "Content-Disposition": "inline" if image else "attachment",
+            "Content-Security-Policy": "default-src 'none'; sandbox",
+            "X-Content-Type-Options": "nosniff",
+        },
+    )
 
 
 def caller(request: Request) -> Principal:
@@ -125,6 +162,13 @@ def build_router(ctx: ApiContext) -> APIRouter:
             chat_jid=chat_jid, folder=folder, after_seq=after_seq, limit=limit, within=who.folder
         )
         return {"messages": [message_to_dict(m) for m in found]}
+
+    @api.get(
+        "/messages/{chat_jid:path}/{message_id}/journey",
+        summary="One inbound message's whole path: decision, jobs, runs, answers, deliveries",
+    )
+    async def journey(chat_jid: str, message_id: str, who: Principal = Caller) -> dict[str, Any]:
+        return await services.journeys.journey(chat_jid, message_id, within=who.folder)
 
     @api.get("/events", summary="Server-Sent Events: stored messages and deliveries, live")
     async def events(request: Request, after_seq: int | None = Seq) -> StreamingResponse:
@@ -367,6 +411,25 @@ def build_router(ctx: ApiContext) -> APIRouter:
     async def get_run(run_id: RowId, who: Principal = Caller) -> dict[str, Any]:
         return run_to_dict(await services.history.run(run_id, within=who.folder))
 
+    @api.get("/deliveries", summary="Outbox rows, newest first (failed: pending after a refusal)")
+    async def list_deliveries(
+        status: str | None = Query(
+            None, description="pending, failed, sent or abandoned; every row when left out."
+        ),
+        limit: int = Query(100, ge=1, le=1000),
+    ) -> dict[str, Any]:
+        found = await services.deliveries.list(status=status, limit=limit)
+        return {"deliveries": [delivery_record_to_dict(d) for d in found]}
+
+    @api.post(
+        "/deliveries/{delivery_id}/retry",
+        summary="Send a failed or abandoned delivery again now",
+        responses=refusals(409),
+    )
+    async def retry_delivery(delivery_id: RowId, who: Principal = Caller) -> dict[str, Any]:
+        retried = await services.deliveries.retry(delivery_id, actor=who.actor(SURFACE))
+        return delivery_record_to_dict(retried)
+
     @api.get("/providers", summary="Configured providers and their accounts' cooldowns")
     async def list_providers() -> dict[str, Any]:
         return {"providers": ctx.provider_status()}
@@ -378,6 +441,28 @@ def build_router(ctx: ApiContext) -> APIRouter:
     @api.get("/nodes", summary="The nodes sharing the database; on SQLite, the one server")
     async def list_nodes() -> dict[str, Any]:
         return {"nodes": await ctx.node_status() if ctx.node_status is not None else []}
+
+    @api.get(
+        "/blobs/{sha256}",
+        summary=(
+            "An attachment's bytes (a token, the operator's dashboard session, or the web chat "
+            "session of a chat holding it)"
+        ),
+        response_class=Response,
+        responses=refusals(404),
+    )
+    async def get_blob(
+        sha256: str, request: Request, channel: str = Query("main", max_length=64)
+    ) -> Response:
+        chat_jid: str | None = None
+        if request.scope.get(PRINCIPAL) is None and await ctx.operator_session(request) is None:
+            # No token and no operator: BearerAuth let the request through for a visitor's
+            # session, which sees its own chat's files only.
+            chat_jid = ctx.visitor_chat(request, channel)
+            if chat_jid is None:
+                raise HTTPException(401, "Missing or wrong bearer token.")
+        blob = await services.history.blob(sha256, chat_jid=chat_jid)
+        return blob_response(blob)
 
     @api.get("/drops")
     async def list_drops(limit: int = Query(100, ge=1, le=1000)) -> dict[str, Any]:

@@ -23,8 +23,9 @@ import structlog
 import uvicorn
 from fastapi import FastAPI
 
+from postroom.api.uploads import UrlFetcher
 from postroom.app.channels import ChannelHost, build_channels
-from postroom.app.metrics import PrometheusMetrics
+from postroom.app.metrics import PrometheusMetrics, TrafficSummary
 from postroom.app.providers import build_providers, close_providers
 from postroom.app.server_client import remove_serve_file, write_serve_file
 from postroom.app.wiring import (
@@ -119,6 +120,8 @@ class Gateway:
     data_dir: Path | None = None
     #: This process's row among the nodes sharing the database (PIPELINE §9).
     nodes: NodeService | None = None
+    #: Where this server listens and since when (the dashboard's nodes page).
+    address: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     async def build(
@@ -130,18 +133,26 @@ class Gateway:
         providers: Mapping[str, Provider] | None = None,
         channels: Sequence[BaseChannel] | None = None,
         store: Store | None = None,
+        fetcher: UrlFetcher | None = None,
     ) -> Gateway:
         """Build every component of ``postroom serve`` over *data_dir* from *config*.
 
         The keyword arguments are the seams tests fill with fakes: *clock* for "now"
         everywhere; *providers* (by name) instead of those ``[providers]`` configures;
         *channels* instead of the adapters ``[channels]`` enables; *store* instead of the
-        directory's database (an open store, closed with the gateway).
+        directory's database (an open store, closed with the gateway); *fetcher* for the
+        attachment URLs the API is sent.
         """
         store = store if store is not None else await open_store(data_dir, config.database.url)
         try:
             return await cls._assemble(
-                store, data_dir, config, clock=clock, providers=providers, channels=channels
+                store,
+                data_dir,
+                config,
+                clock=clock,
+                providers=providers,
+                channels=channels,
+                fetcher=fetcher,
             )
         except BaseException:
             await store.close()
@@ -157,6 +168,7 @@ class Gateway:
         clock: Clock,
         providers: Mapping[str, Provider] | None,
         channels: Sequence[BaseChannel] | None,
+        fetcher: UrlFetcher | None = None,
     ) -> Gateway:
         # What may refuse the configuration comes first, before anything holds a connection.
         adapters = list(channels) if channels is not None else build_channels(config)
@@ -176,7 +188,7 @@ class Gateway:
             used = {f.provider for f in folders if f.provider}
             models = build_providers(config, clock=clock, used=used, data_dir=data_dir)
         sinks, webhooks = build_sinks(config)
-        host = ChannelHost(adapters, signals=signals, sinks=sinks)
+        host = ChannelHost(adapters, signals=signals, sinks=sinks, clock=clock)
         voice = transcriber(config)
         nodes = NodeService(store=store, me=this_node(data_dir, clock()), clock=clock)
         if isinstance(store, SharedStore):
@@ -184,6 +196,7 @@ class Gateway:
             # Work another node commits wakes this one's loops at once (the polls are the
             # backstop).
             await store.listen(lambda channel: wake_for(signals, channel))
+        address: dict[str, Any] = {"name": socket.gethostname(), "pid": os.getpid()}
         http = build_http(
             services,
             data_dir,
@@ -193,6 +206,8 @@ class Gateway:
             metrics=metrics,
             secret=await signing_secret(store, data_dir, config),
             nodes=nodes,
+            fetcher=fetcher,
+            address=address,
         )
         mcp = _mcp_endpoint(services, config)
         if mcp is not None:
@@ -202,7 +217,13 @@ class Gateway:
             services=services,
             tasks=services.tasks,
             workers=build_workers(
-                services, data_dir, config, providers=models, transcribe=voice, metrics=metrics
+                services,
+                data_dir,
+                config,
+                providers=models,
+                transcribe=voice,
+                metrics=metrics,
+                fetch=host.fetch_attachment,
             ),
             delivery=delivery_loop(services, config, sinks=sinks, metrics=metrics),
             scheduler=Scheduler(
@@ -223,6 +244,7 @@ class Gateway:
             mcp=mcp,
             data_dir=data_dir,
             nodes=nodes,
+            address=address,
         )
 
     _stop: asyncio.Event | None = None
@@ -272,10 +294,13 @@ class Gateway:
                 clock=self.services.clock,
                 assistant_name=self.config.assistant.name,
                 image_bytes=self.config.limits.image_bytes,
+                file_bytes=self.config.limits.file_bytes,
             )
         )
+        summary = TrafficSummary(self.metrics.tally)
         background: list[asyncio.Task[Any]] = [
             asyncio.create_task(self.delivery.run(), name="delivery"),
+            asyncio.create_task(summary.run(), name="traffic-summary"),
             asyncio.create_task(self.scheduler.run(), name="scheduler"),
             asyncio.create_task(self.feed.run(), name="feed"),
         ]
@@ -289,6 +314,7 @@ class Gateway:
         log.info("serve.ready", host=host, port=port, pid=os.getpid())
         if self.nodes is not None:
             await self.nodes.start(host=host, port=port)
+        self.address.update(host=host, port=port, started_at=self.services.clock().isoformat())
         if self.data_dir is not None:
             # INTERFACES §1: the CLI finds this server (and its real port) here.
             write_serve_file(self.data_dir, host, port)
@@ -315,6 +341,7 @@ class Gateway:
             async with asyncio.timeout(5):
                 await self.delivery.deliver_due()
         self.delivery.stop()
+        summary.stop()
         await asyncio.gather(*background, return_exceptions=True)
         with contextlib.suppress(Exception):
             await serving

@@ -13,6 +13,7 @@ import secrets
 import socket
 import uuid
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,7 @@ from fastapi import FastAPI
 
 from postroom.api.app import create_api
 from postroom.api.routes import ApiContext
+from postroom.api.uploads import Uploads, UrlFetcher
 from postroom.app.channels import ChannelHost
 from postroom.app.detect import ECHO_HINT
 from postroom.app.metrics import PrometheusMetrics
@@ -28,17 +30,20 @@ from postroom.channels.http import EventStreamSink, WebhookSession, WebhookSink
 from postroom.config import DATABASE_FILE, Config
 from postroom.core.errors import PostroomError
 from postroom.core.folders import FolderSettings
+from postroom.dashboard import Dashboard, DashboardContext
 from postroom.engine.answer import AnswerWriter
+from postroom.engine.attachments import AttachmentLimits
 from postroom.engine.clock import Clock
 from postroom.engine.compaction import CompactionSettings, Compactor
 from postroom.engine.context_builder import ContextBuilder, ContextSettings
 from postroom.engine.delivery import DeliveryLoop, DeliverySettings, SinkRouter
-from postroom.engine.enrich import Enricher, Transcribe
+from postroom.engine.enrich import Enricher, FetchAttachment, Transcribe
 from postroom.engine.ingest import IngestLimits
 from postroom.engine.memory import MemoryService
 from postroom.engine.nodes import NodeService
 from postroom.engine.runner import ProviderRunner
 from postroom.engine.services import Services
+from postroom.engine.sessions import SessionKeeper
 from postroom.engine.signals import Signals
 from postroom.engine.skills import SkillLimits
 from postroom.engine.tools import ToolFactory
@@ -60,6 +65,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SECRET_FILE",
+    "attachment_limits",
     "build_http",
     "build_services",
     "build_sinks",
@@ -75,6 +81,7 @@ __all__ = [
     "transcriber",
     "wake_for",
     "web_secret",
+    "webhook_platforms",
 ]
 
 SECRET_FILE = "web-secret"
@@ -84,14 +91,17 @@ async def open_store(data_dir: Path, database_url: str | None = None) -> Store:
     """The PostgreSQL database *database_url* names (PIPELINE §9), else the data directory's
     SQLite file; a directory ``postroom init`` never made is refused."""
     if database_url:
-        return await open_database(database_url, data_dir / DATABASE_FILE)
+        return await open_database(
+            database_url, data_dir / DATABASE_FILE, count_tokens=TokenCounter().count
+        )
     database = data_dir / DATABASE_FILE
     if not database.exists():
         raise PostroomError(
             f"No postroom data directory at {data_dir} (no {DATABASE_FILE}); run "
             "`postroom init` first, or pass --data DIR."
         )
-    return await SqliteStore.open(database)
+    # Rows are estimated with the tokenizer compaction counts with (PIPELINE §6).
+    return await SqliteStore.open(database, count_tokens=TokenCounter().count)
 
 
 def queue_settings(config: Config) -> QueueSettings:
@@ -122,6 +132,7 @@ def build_services(
         defaults=config.folder_defaults(),
         limits=IngestLimits(
             content_bytes=config.limits.content_bytes,
+            attachments=attachment_limits(config),
             missing_notice_s=config.routing.missing_folder_notice_s,
         ),
         clock=clock,
@@ -156,6 +167,15 @@ def transcriber(config: Config) -> HttpTranscriber | None:
     )
 
 
+def webhook_platforms(config: Config) -> list[str]:
+    """The platforms whose chats an outbound webhook serves."""
+    return [
+        platform
+        for platform, section in config.channels.get("http", {}).items()
+        if isinstance(section, dict) and section.get("outbound_url")
+    ]
+
+
 def build_sinks(config: Config) -> tuple[SinkRouter, WebhookSession | None]:
     """Where deliveries go: the outbound webhooks of ``[channels.http.<platform>]`` (with the
     HTTP session they share, if any), else the event stream. Adapters register themselves."""
@@ -177,11 +197,24 @@ def build_sinks(config: Config) -> tuple[SinkRouter, WebhookSession | None]:
 
 
 def model_table(config: Config) -> ModelTable:
-    return ModelTable(
-        {
-            name: ModelInfo(m.context_window, m.input_per_mtok, m.output_per_mtok)
-            for name, m in config.models.items()
+    """The model table with ``[models."<name>"]`` applied: the keys a section sets replace
+    what postroom knows of that model, the others keep it."""
+    known = ModelTable()
+    overrides: dict[str, ModelInfo] = {}
+    for name, section in config.models.items():
+        base = known.info(name)
+        changes = {
+            key: getattr(section, key)
+            for key in section.model_fields_set
+            if getattr(section, key) is not None or key.endswith("_per_mtok")
         }
+        overrides[name] = replace(base, **changes)
+    return ModelTable(overrides)
+
+
+def attachment_limits(config: Config) -> AttachmentLimits:
+    return AttachmentLimits(
+        image_bytes=config.limits.image_bytes, file_bytes=config.limits.file_bytes
     )
 
 
@@ -224,6 +257,7 @@ def build_workers(
     providers: Mapping[str, Provider],
     transcribe: Transcribe | None,
     metrics: PrometheusMetrics,
+    fetch: FetchAttachment | None = None,
 ) -> WorkerPool:
     """The turn workers with everything a turn uses: the tool loop over the providers, the
     context (personas, memory, compaction, voice notes), the answer writer and the tools."""
@@ -257,12 +291,21 @@ def build_workers(
         clock=clock,
         settings=ContextSettings(
             max_messages=config.context.max_messages,
+            max_images=config.context.max_images,
+            max_file_chars=config.context.max_file_chars,
             observe_window_messages=config.observe.window_messages,
             observe_window_chars=config.observe.window_chars,
         ),
         memory=memory,
         compactor=compactor,
-        enricher=Enricher(store=store, transcribe=transcribe),
+        enricher=Enricher(
+            store=store,
+            transcribe=transcribe,
+            fetch=fetch,
+            limits=attachment_limits(config),
+            clock=clock,
+        ),
+        models=models,
         skills=services.skills,
     )
     return WorkerPool(
@@ -310,9 +353,12 @@ def delivery_loop(
         signals=services.signals,
         clock=services.clock,
         settings=DeliverySettings(
-            backoff_base_s=config.delivery.backoff_base_s, ttl_s=config.delivery.ttl_s
+            backoff_base_s=config.delivery.backoff_base_s,
+            ttl_s=config.delivery.ttl_s,
+            concurrency=config.delivery.concurrency,
         ),
         metrics=metrics,
+        health=services.health,
     )
 
 
@@ -365,8 +411,22 @@ def build_http(
     metrics: PrometheusMetrics,
     secret: bytes,
     nodes: NodeService,
+    fetcher: UrlFetcher | None = None,
+    address: Mapping[str, Any] | None = None,
 ) -> FastAPI:
-    """The HTTP side: the API, the web chat, the terminal UI's socket and the adapters' hooks."""
+    """The HTTP side: the API, the web chat, the dashboard, the terminal UI's socket and the
+    adapters' hooks. *fetcher*: how attachment URLs are downloaded; *address*: this server as
+    the dashboard's nodes page shows it (filled in once it listens)."""
+    address = address if address is not None else {}
+    sessions = SessionKeeper(secret=secret, tokens=services.tokens, clock=services.clock)
+    web = WebChat(
+        services=services,
+        sessions=sessions,
+        secret=secret,
+        assistant_name=config.assistant.name,
+        setup_hint=ECHO_HINT if config.defaults.provider == "echo" else None,
+        attachments=attachment_limits(config),
+    )
     http = create_api(
         ApiContext(
             services=services,
@@ -375,17 +435,27 @@ def build_http(
             provider_status=lambda: provider_status(providers),
             channel_status=channels.status,
             node_status=nodes.list,
+            uploads=Uploads(limits=attachment_limits(config), fetcher=fetcher or UrlFetcher()),
+            visitor_chat=web.visitor_chat,
+            operator_session=web.operator_of,
         ),
+        # Attachments sent inline count towards the body; a larger file is sent by its URL.
         body_limit=config.limits.body_bytes,
     )
-    web = WebChat(
-        services=services,
-        token=config.api.token,
-        secret=secret,
-        assistant_name=config.assistant.name,
-        setup_hint=ECHO_HINT if config.defaults.provider == "echo" else None,
-    )
     http.router.routes.extend(web.routes())
+    dashboard = Dashboard(
+        context=DashboardContext(
+            services=services,
+            channel_status=channels.status,
+            probe_channels=channels.probe,
+            adapter_platforms={c.name: tuple(c.platforms) for c in channels.channels},
+            webhook_platforms=tuple(sorted(webhook_platforms(config))),
+            server=lambda: dict(address),
+        ),
+        sessions=sessions,
+        assistant_name=config.assistant.name,
+    )
+    http.router.routes.extend(dashboard.routes())
     http.router.routes.append(
         TuiSocket(
             services=services, token=config.api.token, assistant_name=config.assistant.name

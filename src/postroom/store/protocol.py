@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
+from postroom.core.attachments import Blob
 from postroom.core.decision import ChatState, ReplyTarget
 from postroom.core.folders import Folder
 from postroom.core.messages import StoredMessage
@@ -160,7 +161,12 @@ class StoreTx(Protocol):
         ...
 
     async def insert_message(self, message: NewMessage) -> int:
-        """Store a message and return its ``seq``."""
+        """Store a message and return its ``seq``.
+
+        A row of a conversation that may enter a context has its tokens estimated here, once,
+        and added to the conversation's ``token_estimate`` (the compaction decision reads that
+        total, never the rows). Observed rows are estimated when they join a conversation.
+        """
         ...
 
     async def list_messages(
@@ -177,6 +183,8 @@ class StoreTx(Protocol):
     async def insert_drop(self, drop: DropRecord) -> None: ...
 
     async def list_drops(self, *, limit: int) -> list[DropRecord]: ...
+
+    async def get_drop(self, message_id: str, chat_jid: str) -> DropRecord | None: ...
 
     async def recent_inbound(self, *, limit: int) -> list[StoredMessage]:
         """The newest *limit* stored inbound user messages (not the gateway's own), newest
@@ -229,7 +237,8 @@ class StoreTx(Protocol):
     async def update_message(
         self, message_id: str, chat_jid: str, *, content: str, metadata: Mapping[str, Any]
     ) -> None:
-        """Replace a message's content and metadata (enrichment: a voice note's transcript)."""
+        """Replace a message's content and metadata (enrichment: a voice note's transcript),
+        keeping its conversation's ``token_estimate`` true."""
         ...
 
     # -- conversations and the turn queue ------------------------------------------------------
@@ -268,6 +277,10 @@ class StoreTx(Protocol):
     async def get_job(self, job_id: int) -> JobRecord | None: ...
 
     async def list_jobs(self, *, status: str | None, limit: int) -> list[JobRecord]: ...
+
+    async def job_for_message(self, message_id: str, chat_jid: str) -> JobRecord | None:
+        """The turn that answers an inbound message, if it fired one."""
+        ...
 
     async def finish_job(
         self,
@@ -332,11 +345,27 @@ class StoreTx(Protocol):
 
     async def abandon_delivery(self, delivery_id: int, *, now: datetime, error: str) -> None: ...
 
-    async def next_delivery_due(self) -> datetime | None: ...
+    async def next_delivery_due(self, *, after: datetime | None = None) -> datetime | None:
+        """When the next pending delivery comes due (after *after*, if given)."""
+        ...
 
     async def list_deliveries(
-        self, *, message_id: str | None = None, status: str | None = None, limit: int = 100
-    ) -> list[DeliveryRecord]: ...
+        self,
+        *,
+        message_id: str | None = None,
+        status: str | None = None,
+        limit: int = 100,
+        newest_first: bool = False,
+    ) -> list[DeliveryRecord]:
+        """Rows by id; *status* ``failed`` means pending after at least one refused send."""
+        ...
+
+    async def get_delivery(self, delivery_id: int) -> DeliveryRecord | None: ...
+
+    async def requeue_delivery(self, delivery_id: int, *, now: datetime) -> DeliveryRecord | None:
+        """Make an abandoned or failing row due now, with a fresh TTL and no attempts; ``None``
+        when the row is sent, pending without an error, or missing."""
+        ...
 
     # -- memory, state, compactions, usage ------------------------------------------------------
     async def insert_fact(
@@ -382,8 +411,16 @@ class StoreTx(Protocol):
         messages_after: int,
         tokens_saved: int,
         now: datetime,
+        tokens_compacted: int = 0,
     ) -> int:
-        """Store a summary and mark the rows it covers compacted (marked, never deleted)."""
+        """Store a summary and mark the rows it covers compacted (marked, never deleted);
+        *tokens_compacted* (their estimate) leaves the conversation's ``token_estimate``."""
+        ...
+
+    async def correct_token_estimate(self, conversation_id: int, *, seen: int, actual: int) -> None:
+        """The rows of a conversation were counted again and hold *actual* tokens where its
+        ``token_estimate`` said *seen* (-1: unknown): move the total by the difference (rows
+        stored meanwhile keep their share)."""
         ...
 
     async def latest_compaction(self, conversation_id: int) -> CompactionRecord | None: ...
@@ -461,6 +498,21 @@ class StoreTx(Protocol):
         ...
 
     async def delete_skill(self, folder: str, name: str) -> bool: ...
+
+    # -- blobs: attachment bytes, content-addressed ---------------------------------------------
+    async def insert_blobs(
+        self, blobs: Iterable[Blob], *, chat_jid: str, message_id: str, now: datetime
+    ) -> None:
+        """Store each blob once (by its SHA-256) and record that the message holds it."""
+        ...
+
+    async def get_blobs(self, hashes: Iterable[str]) -> dict[str, Blob]:
+        """The stored blobs among *hashes*, by hash."""
+        ...
+
+    async def chat_holds_blob(self, chat_jid: str, sha256: str) -> bool:
+        """Whether a message of *chat_jid* carries the blob (a visitor may fetch it)."""
+        ...
 
 
 class Store(Protocol):

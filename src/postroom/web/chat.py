@@ -1,13 +1,14 @@
 """The web chat: the page at ``/`` and ``/chat/<channel>``, and its WebSocket.
 
 Every visitor has a chat of their own, ``web:<channel>/<visitor>``: ``anon-<id>`` from a signed
-cookie (sender ``web:anon/<id>``), or ``user-<id>`` for a page opened with the API token
-(sender ``web:user/<id>``). An anonymous page sees only its own chat, and of it what a platform
-chat shows (MESSAGES §5): its messages, the answers, command outputs and the notices meant for
-it — filtered here, before anything is sent, so no run details, traces, folder names or set-up
-hints ever reach a visitor's socket. A page opened with the token is the operator view and sees
-every chat live, everything included (MESSAGES §6). Messages typed here go through ingest like
-any other; what the page shows comes from the live feed.
+cookie (sender ``web:anon/<id>``), or ``user-<id>`` for the operator signed in on the dashboard
+(sender ``web:user/<id>``; the session cookie goes with the socket, a token never in its URL).
+An anonymous page sees only its own chat, and of it what a platform chat shows (MESSAGES §5):
+its messages, the answers, command outputs and the notices meant for it — filtered here, before
+anything is sent, so no run details, traces, folder names or set-up hints ever reach a visitor's
+socket. A page opened in a signed-in session is the operator view and sees every chat live,
+everything included (MESSAGES §6). Messages typed here go through ingest like any other; what
+the page shows comes from the live feed.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import contextlib
 import json
 import re
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -29,12 +31,15 @@ from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from postroom.core.display import shown_to_chat
-from postroom.core.errors import PostroomError
-from postroom.core.messages import InboundMessage
-from postroom.core.signing import sign_value, token_matches, token_tag, verify_value
+from postroom.core.errors import InvalidInput, PostroomError
+from postroom.core.messages import Attachment, InboundMessage
+from postroom.core.signing import sign_value, token_tag, verify_value
+from postroom.engine.attachments import AttachmentLimits, check_attachment
 from postroom.engine.notices import new_message_id
 from postroom.engine.services import Services
+from postroom.engine.sessions import SessionKeeper
 from postroom.engine.signals import Event
+from postroom.engine.tokens import Principal
 from postroom.engine.views import message_to_dict
 
 __all__ = ["VISITOR_COOKIE", "WebChat"]
@@ -48,6 +53,8 @@ PING_TIMEOUT_S = 75.0
 #: What a visitor's page may know of a message's metadata: a command output's exit code, that a
 #: row was a command (shown as one), the attachments they sent.
 _VISITOR_METADATA = ("exit_code", "command", "attachments")
+#: Files one message of the web chat may carry.
+MAX_FILES = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,14 +72,16 @@ class WebChat:
         self,
         *,
         services: Services,
-        token: str,
+        sessions: SessionKeeper,
         secret: bytes,
         assistant_name: str,
         setup_hint: str | None = None,
+        attachments: AttachmentLimits | None = None,
     ) -> None:
         self._services = services
+        self._attachments = attachments or AttachmentLimits()
         self._setup_hint = setup_hint
-        self._token = token
+        self._sessions = sessions
         self._secret = secret
         self._assistant = assistant_name
         static = resources.files("postroom.web") / "static"
@@ -87,6 +96,26 @@ class WebChat:
             Mount("/static", app=StaticFiles(directory=self._static_dir), name="static"),
         ]
 
+    async def operator(self, cookies: Mapping[str, str]) -> Principal | None:
+        """The operator signed in on the dashboard whose session *cookies* carry, or ``None``:
+        a token confined to a folder is no operator, and its page is a visitor's."""
+        session = await self._sessions.session(cookies)
+        if session is None or session.principal.folder is not None:
+            return None
+        return session.principal
+
+    async def operator_of(self, request: Request) -> Principal | None:
+        """The operator a request comes from (``GET /api/v1/blobs``: every chat's files)."""
+        return await self.operator(request.cookies)
+
+    def visitor_chat(self, request: Request, channel: str) -> str | None:
+        """The chat of the anonymous visitor whose signed cookie *request* carries, on the
+        page of *channel* (``GET /api/v1/blobs``: a visitor sees their own chat's files)."""
+        ident = verify_value(self._secret, request.cookies.get(VISITOR_COOKIE))
+        if ident is None or not _CHANNEL.fullmatch(channel):
+            return None
+        return f"web:{channel}/anon-{ident}"
+
     # -- the page --------------------------------------------------------------------------
     async def _page_response(self, request: Request) -> Response:
         channel = request.path_params.get("channel", "main")
@@ -95,7 +124,7 @@ class WebChat:
         response = Response(self._page, media_type="text/html; charset=utf-8")
         response.headers["Cache-Control"] = "no-store"
         response.headers["Content-Security-Policy"] = (
-            "default-src 'self'; connect-src 'self'; img-src 'self' data:; "
+            "default-src 'self'; connect-src 'self'; img-src 'self' data: blob:; "
             "style-src 'self'; script-src 'self'; frame-ancestors 'none'"
         )
         if verify_value(self._secret, request.cookies.get(VISITOR_COOKIE)) is None:
@@ -116,14 +145,15 @@ class WebChat:
             await websocket.accept()
             await websocket.close(code=4404, reason="no such channel")
             return
-        token = websocket.query_params.get("token")
         headers: list[tuple[bytes, bytes]] = []
-        if token is not None:
-            if not token_matches(self._token, token):
-                await websocket.accept()
-                await websocket.close(code=4401, reason="the access token was refused")
-                return
-            tag = token_tag(token)
+        if "token" in websocket.query_params:
+            # A token in a URL ends up in logs and histories: refused, with where to go.
+            await websocket.accept()
+            await websocket.close(code=4401, reason="sign in on the dashboard instead")
+            return
+        operator = await self.operator(websocket.cookies)
+        if operator is not None:
+            tag = token_tag(operator.name)
             visitor = _Visitor(f"web:{channel}/user-{tag}", f"web:user/{tag}", "Operator", True)
         else:
             ident = verify_value(self._secret, websocket.cookies.get(VISITOR_COOKIE))
@@ -249,23 +279,22 @@ class WebChat:
 
     async def _send(self, websocket: WebSocket, visitor: _Visitor, frame: dict[str, Any]) -> None:
         client_id = frame.get("client_id")
-        text = frame.get("text")
-        if not isinstance(text, str) or not text.strip():
-            await websocket.send_json(
-                {"type": "error", "client_id": client_id, "error": "The message is empty."}
-            )
-            return
+        text = frame.get("text", "")
         services = self._services
-        message = InboundMessage(
-            id=new_message_id(),
-            chat_jid=visitor.chat_jid,
-            sender=visitor.sender,
-            content=text,
-            timestamp=services.clock(),
-            sender_name=visitor.name,
-            is_dm=True,
-        )
         try:
+            files = _files(frame.get("attachments"), self._attachments)
+            if not isinstance(text, str) or (not text.strip() and not files):
+                raise InvalidInput("The message is empty.")
+            message = InboundMessage(
+                id=new_message_id(),
+                chat_jid=visitor.chat_jid,
+                sender=visitor.sender,
+                content=text,
+                timestamp=services.clock(),
+                sender_name=visitor.name,
+                is_dm=True,
+                attachments=files,
+            )
             result = await services.ingest.ingest(message)
         except PostroomError as exc:
             await websocket.send_json({"type": "error", "client_id": client_id, "error": str(exc)})
@@ -277,6 +306,27 @@ class WebChat:
         await websocket.send_json(
             {"type": "accepted", "client_id": client_id, "id": result.id, "decision": decision}
         )
+
+
+def _files(raw: Any, limits: AttachmentLimits) -> tuple[Attachment, ...]:
+    """The files of a ``send`` frame (``[{name, mime, data}]``, data in base64), checked."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or len(raw) > MAX_FILES:
+        raise InvalidInput(f"Send at most {MAX_FILES} files with one message.")
+    files: list[Attachment] = []
+    for item in raw:
+        if not isinstance(item, dict) or not all(
+            isinstance(item.get(key, ""), str) for key in ("name", "mime", "data")
+        ):
+            raise InvalidInput("A file must be an object of name, mime and data (base64).")
+        mime = str(item.get("mime") or "application/octet-stream")
+        kind = "image" if mime.lower().startswith("image/") else "file"
+        name = str(item.get("name") or "")[:255]
+        files.append(
+            check_attachment(Attachment(kind, mime, name, data=str(item.get("data"))), limits)
+        )
+    return tuple(files)
 
 
 def _view(visitor: _Visitor, message: dict[str, Any]) -> dict[str, Any] | None:

@@ -11,7 +11,7 @@ announced with ``NOTIFY`` when the transaction commits, once per channel.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -29,6 +29,8 @@ from postroom.store.records import (
     TaskRecord,
     UsageRow,
 )
+from postroom.store.sqlite.base import estimate_tokens
+from postroom.store.sqlite.blobs import BlobStatements
 from postroom.store.sqlite.catalog import CatalogStatements
 from postroom.store.sqlite.chats import ChatStatements
 from postroom.store.sqlite.codec import dump_json, to_iso
@@ -61,14 +63,21 @@ class PgTx(
     MemoryStatements,
     TokenStatements,
     SkillStatements,
+    BlobStatements,
     NodeStatements,
     SingleServerStatements,
     StoreTx,
 ):
     """Every statement postroom runs, on the connection of one PostgreSQL transaction."""
 
-    def __init__(self, conn: PgConnection, *, node: str = "") -> None:
-        super().__init__(conn)
+    def __init__(
+        self,
+        conn: PgConnection,
+        count_tokens: Callable[[str], int] = estimate_tokens,
+        *,
+        node: str = "",
+    ) -> None:
+        super().__init__(conn, count_tokens)
         self._pg = conn
         #: The node this process is: it names the deliveries this node is sending.
         self._node = node

@@ -20,6 +20,7 @@ from postroom.core.errors import PostroomError
 from postroom.store.postgres.connection import PgConnection
 from postroom.store.postgres.migrate import apply_pg_migrations
 from postroom.store.postgres.statements import CHANNELS, PgTx
+from postroom.store.sqlite.base import estimate_tokens
 
 __all__ = ["PostgresStore", "is_postgres_url"]
 
@@ -45,8 +46,16 @@ def is_postgres_url(url: str | None) -> bool:
 class PostgresStore:
     """A :class:`~postroom.store.protocol.Store` in a PostgreSQL database."""
 
-    def __init__(self, *, url: str, pool: asyncpg.Pool, own_backends: set[int]) -> None:
+    def __init__(
+        self,
+        *,
+        url: str,
+        pool: asyncpg.Pool,
+        own_backends: set[int],
+        count_tokens: Callable[[str], int] = estimate_tokens,
+    ) -> None:
         self.url = url
+        self._count_tokens = count_tokens
         self._pool = pool
         #: The server processes of this store's own connections: what this process commits
         #: already woke its loops, so its own notifications are not passed on again.
@@ -64,8 +73,16 @@ class PostgresStore:
         self._trace = trace
 
     @classmethod
-    async def open(cls, url: str, *, min_size: int = 2, max_size: int = 16) -> PostgresStore:
-        """Connect to the database at *url* and bring its schema up to date."""
+    async def open(
+        cls,
+        url: str,
+        *,
+        min_size: int = 2,
+        max_size: int = 16,
+        count_tokens: Callable[[str], int] = estimate_tokens,
+    ) -> PostgresStore:
+        """Connect to the database at *url* and bring its schema up to date; *count_tokens*
+        estimates a row's tokens as it joins a conversation."""
         try:
             first = await asyncpg.connect(url)
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
@@ -86,7 +103,7 @@ class PostgresStore:
             init=remember,
             server_settings=_session_settings(url),
         )
-        return cls(url=url, pool=pool, own_backends=own)
+        return cls(url=url, pool=pool, own_backends=own, count_tokens=count_tokens)
 
     async def __aenter__(self) -> PostgresStore:
         return self
@@ -113,7 +130,7 @@ class PostgresStore:
         touched are notified once each, in the same commit."""
         self._check_open()
         async with self._pool.acquire() as conn, conn.transaction():
-            tx = PgTx(PgConnection(conn, self._trace), node=self.node)
+            tx = PgTx(PgConnection(conn, self._trace), self._count_tokens, node=self.node)
             yield tx
             for channel in sorted(tx.notify):
                 await conn.execute("SELECT pg_notify($1, '')", channel)
@@ -129,7 +146,7 @@ class PostgresStore:
             self._pool.acquire() as conn,
             conn.transaction(isolation="repeatable_read", readonly=True),
         ):
-            yield PgTx(PgConnection(conn, self._trace), node=self.node)
+            yield PgTx(PgConnection(conn, self._trace), self._count_tokens, node=self.node)
 
     async def listen(self, listener: Listener) -> None:
         """Call *listener* with the channel's name whenever another transaction (of any
