@@ -185,8 +185,10 @@ async def test_a_chat_has_one_delivery_in_flight_across_nodes(
             )
         async with one.claim() as tx:
             (taken,) = await tx.due_deliveries(now=clock(), limit=10)
+            assert await tx.claim_delivery(taken.id, now=clock())
         async with two.claim() as tx:
             assert await tx.due_deliveries(now=clock(), limit=10) == []
+            assert not await tx.claim_delivery(taken.id, now=clock())
         async with one.write() as tx:
             await tx.mark_delivered(taken.id, now=clock(), platform_message_id="p0")
         async with two.claim() as tx:

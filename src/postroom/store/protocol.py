@@ -335,6 +335,11 @@ class StoreTx(Protocol):
         """For each chat, its oldest pending delivery, if due: chats are served in order."""
         ...
 
+    async def claim_delivery(self, delivery_id: int, *, now: datetime) -> bool:
+        """Hold a due row for this process while it sends it; False when another process
+        holds it (PostgreSQL, PIPELINE §9; on SQLite always True)."""
+        ...
+
     async def mark_delivered(
         self, delivery_id: int, *, now: datetime, platform_message_id: str | None
     ) -> None: ...
@@ -527,9 +532,9 @@ class Store(Protocol):
         ...
 
     def claim(self) -> AbstractAsyncContextManager[StoreTx]:
-        """The transaction the delivery loop takes due outbox rows in: a write where several
-        processes share the database (taking a row holds it for this one), a read where one
-        server owns it (SQLite)."""
+        """The transaction the delivery loop chooses and claims due outbox rows in: a write
+        where several processes share the database (:meth:`StoreTx.claim_delivery` holds a row
+        for this one), a read where one server owns it (SQLite)."""
         ...
 
     async def close(self) -> None: ...

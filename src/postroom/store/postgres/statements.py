@@ -224,27 +224,32 @@ class PgTx(
         await super().insert_deliveries(deliveries)
 
     async def due_deliveries(self, *, now: datetime, limit: int) -> list[DeliveryRecord]:
-        # Each chat's oldest pending row, if due and not held by a node sending it now: held
-        # here until it is sent, rescheduled or abandoned (or the claim runs out).
+        # Each chat's oldest pending row, if due and not held by a node sending it now.
         rows = await self._all(
-            "WITH heads AS ("
-            "  SELECT MIN(id) AS id FROM deliveries WHERE status = 'pending' GROUP BY chat_jid"
-            "), picked AS ("
-            "  SELECT d.id FROM deliveries d JOIN heads h ON h.id = d.id "
-            "  WHERE d.status = 'pending' AND d.next_try <= ? "
-            "  AND (d.claimed_until IS NULL OR d.claimed_until < ?) "
-            "  ORDER BY d.id LIMIT ? FOR UPDATE OF d SKIP LOCKED"
-            ") UPDATE deliveries SET claimed_until = ?, claimed_by = ? FROM picked "
-            f"WHERE deliveries.id = picked.id RETURNING {_qualified(DELIVERY_COLUMNS)}",
-            (
-                to_iso(now),
-                to_iso(now),
-                limit,
-                to_iso(now + timedelta(seconds=DELIVERY_CLAIM_S)),
-                self._node,
-            ),
+            f"SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE id IN ("
+            "  SELECT MIN(id) FROM deliveries WHERE status = 'pending' GROUP BY chat_jid"
+            ") AND next_try <= ? AND (claimed_until IS NULL OR claimed_until < ?) "
+            "ORDER BY id LIMIT ?",
+            (to_iso(now), to_iso(now), limit),
         )
-        return sorted((delivery_from_row(row) for row in rows), key=lambda d: d.id)
+        return [delivery_from_row(row) for row in rows]
+
+    async def claim_delivery(self, delivery_id: int, *, now: datetime) -> bool:
+        # Held until it is sent, rescheduled or abandoned, or the claim runs out; a row
+        # another node holds (or sent meanwhile) is not taken.
+        return (
+            await self._run(
+                "UPDATE deliveries SET claimed_until = ?, claimed_by = ? WHERE id = ? "
+                "AND status = 'pending' AND (claimed_until IS NULL OR claimed_until < ?)",
+                (
+                    to_iso(now + timedelta(seconds=DELIVERY_CLAIM_S)),
+                    self._node,
+                    delivery_id,
+                    to_iso(now),
+                ),
+            )
+            == 1
+        )
 
     async def mark_delivered(
         self, delivery_id: int, *, now: datetime, platform_message_id: str | None
@@ -322,10 +327,6 @@ class PgTx(
             )
             for r in rows
         ]
-
-
-def _qualified(columns: str) -> str:
-    return ", ".join(f"deliveries.{c.strip()}" for c in columns.split(","))
 
 
 def _lexeme(word: str) -> str:

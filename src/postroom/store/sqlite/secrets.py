@@ -20,7 +20,11 @@ class SingleServerStatements(Statements):
         row = await self._one("SELECT value FROM meta WHERE key = ?", (f"secret:{name}",))
         return str(row[0])
 
-    # One server per SQLite file: it is the only node, and it keeps no row.
+    # One server per SQLite file: it is the only node, and it keeps no row; no other process
+    # sends from its outbox, so a due row is this server's to send.
+    async def claim_delivery(self, delivery_id: int, *, now: datetime) -> bool:
+        return True
+
     async def register_node(self, node: NodeRecord) -> None:
         return None
 
