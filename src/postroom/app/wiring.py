@@ -32,6 +32,7 @@ from postroom.engine.compaction import CompactionSettings, Compactor
 from postroom.engine.context_builder import ContextBuilder, ContextSettings
 from postroom.engine.delivery import DeliveryLoop, DeliverySettings, SinkRouter
 from postroom.engine.enrich import Enricher, Transcribe
+from postroom.engine.files import create_file
 from postroom.engine.ingest import IngestLimits
 from postroom.engine.memory import MemoryService
 from postroom.engine.runner import ProviderRunner
@@ -297,10 +298,9 @@ def provider_status(providers: Mapping[str, Provider]) -> list[dict[str, Any]]:
 
 
 def web_secret(data_dir: Path) -> bytes:
+    """The key that signs visitor cookies: made once (0600 from the start), then kept."""
     path = data_dir / SECRET_FILE
-    if not path.exists():
-        path.write_text(secrets.token_hex(32), "utf-8")
-        path.chmod(0o600)
+    create_file(path, secrets.token_hex(32))
     return path.read_text("utf-8").strip().encode()
 
 

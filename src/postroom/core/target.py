@@ -154,7 +154,7 @@ def sender_slug(sender: str) -> str:
 
     A lossy id — the room holds a character outside printable ASCII, or the cut dropped
     characters — keeps 39 characters and gets ``-`` and 8 hex digits of the room's sha256:
-    ``alice`` with a zero-width space, a Cyrillic ``а``, or two long addresses sharing their
+    ``alice`` with a zero-width space, a Cyrillic a (U+0430), or two long addresses sharing their
     first 48 characters would otherwise share one folder (and its memory).
     """
     platform, sep, room = sender.partition(":")
