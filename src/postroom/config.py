@@ -151,6 +151,8 @@ class LimitsConfig(_Section):
     content_bytes: Count = 65536
     body_bytes: Count = 1048576
     image_bytes: Count = 5242880
+    #: PIPELINE §1 item 7: turns non-owners may fire in one chat in any 60 s.
+    turns_per_minute: Count = 20
 
 
 class SchedulerConfig(_Section):

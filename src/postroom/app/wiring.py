@@ -112,6 +112,7 @@ def build_services(
         limits=IngestLimits(
             content_bytes=config.limits.content_bytes,
             missing_notice_s=config.routing.missing_folder_notice_s,
+            turns_per_minute=config.limits.turns_per_minute,
         ),
         clock=clock,
         queue=queue_settings(config),

@@ -44,6 +44,8 @@ class Layer(StrEnum):
     STICKY = "sticky"
     ROUTE = "route"
     COMMAND = "command"
+    #: PIPELINE §1 item 7: the chat fired too many turns in the last minute.
+    LIMIT = "limit"
     MISS = "miss"
     OWN = "own"
     DUPLICATE = "duplicate"
@@ -162,6 +164,20 @@ class Decision:
 
     def as_duplicate(self) -> Decision:
         return replace(self, layer=Layer.DUPLICATE)
+
+    def as_rate_limited(self, turns_per_minute: int) -> Decision:
+        """This firing decision, observed instead: the chat is over its turns per minute
+        (PIPELINE §1 item 7, the loop guard of last resort)."""
+        return replace(
+            self,
+            action=Action.OBSERVE,
+            layer=Layer.LIMIT,
+            trail=(
+                *self.trail,
+                f"the chat fired {turns_per_minute} turns in the last 60 s "
+                "([limits] turns_per_minute): observed, no turn",
+            ),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The public decision object: every key present, ``None`` where it does not apply."""

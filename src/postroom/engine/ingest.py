@@ -33,6 +33,7 @@ from postroom.engine.notices import new_message_id, post_notice
 from postroom.engine.outbox import DeliveryKind, OutboundMessage, plan_deliveries, write_outbox
 from postroom.engine.router import Router
 from postroom.engine.signals import Signals
+from postroom.engine.turn_limit import DEFAULT_TURNS_PER_MINUTE
 from postroom.engine.turns import QueueSettings, enqueue_turn, turn_priority
 from postroom.store.protocol import PriorOutcome, Store, StoreTx
 from postroom.store.records import DropRecord, NewMessage
@@ -50,6 +51,8 @@ class IngestLimits:
     content_bytes: int = 65536
     #: ROUTING §2.2: at most one "folder missing" notice per chat in this many seconds.
     missing_notice_s: float = 3600.0
+    #: PIPELINE §1 item 7: turns non-owners may fire in one chat in any 60 s.
+    turns_per_minute: int = DEFAULT_TURNS_PER_MINUTE
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +155,7 @@ class Ingestor:
                 )
             decision = await self._router.decide(tx, message)
             seq, decision = await self._apply(tx, message, decision, effects)
+            self._router.limiter.record(decision, message.chat_jid, message.sender, self._clock())
         self._after_commit(effects)
         self._metrics.message_in(decision.action.value, decision.layer.value)
         log.info(
@@ -234,6 +238,18 @@ class Ingestor:
                 decision = replace(decision, ack=ack)
         row = _stored_form(message, decision, conversation_id)
         seq = await tx.insert_message(row)
+        if decision.layer is Layer.LIMIT and self._router.limiter.claim_notice(
+            message.chat_jid, now
+        ):
+            await post_notice(
+                tx,
+                message.chat_jid,
+                f"⚠️ this chat is rate limited: more than {self._router.limiter.turns_per_minute} "
+                "turns in a minute; messages are kept but not answered for now.",
+                clock=self._clock,
+                metadata={"source": "rate_limited"},
+            )
+            effects.outbox = True
         if decision.action in (Action.FIRE, Action.OBSERVE) and decision.folder is not None:
             effects.outbox |= await self._mirror(tx, row, decision.folder)
         if ack:
@@ -335,6 +351,8 @@ def _stored_form(
         metadata["is_dm"] = True
     if message.mentioned:
         metadata["mentioned"] = True
+    if decision.layer is Layer.LIMIT:
+        metadata["rate_limited"] = True
     if decision.action is Action.COMMAND:
         metadata["command"] = True
     elif decision.content is not None and decision.content != message.content:

@@ -2,7 +2,8 @@
 
 For one message it loads just what resolution needs — the catalog snapshot (rebuilt only when
 the stored catalog version moved), the chat's sticky state and engagements, and the message a
-reply points at — inside the caller's transaction, then decides.
+reply points at — inside the caller's transaction, then decides; last, the chat's turn limit
+may turn a firing message into an observed one (decision layer ``limit``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from postroom.core.resolution import resolve
 from postroom.core.trigger import Trigger
 from postroom.engine.catalog import Catalog
 from postroom.engine.clock import Clock
+from postroom.engine.turn_limit import TurnLimiter
 from postroom.store.protocol import Store, StoreTx
 
 __all__ = ["Router"]
@@ -21,11 +23,20 @@ __all__ = ["Router"]
 class Router:
     """Decides where inbound messages go."""
 
-    def __init__(self, *, store: Store, catalog: Catalog, trigger: Trigger, clock: Clock) -> None:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        catalog: Catalog,
+        trigger: Trigger,
+        clock: Clock,
+        limiter: TurnLimiter | None = None,
+    ) -> None:
         self._store = store
         self._catalog = catalog
         self._trigger = trigger
         self._clock = clock
+        self.limiter = limiter or TurnLimiter()
 
     @property
     def trigger(self) -> Trigger:
@@ -55,14 +66,12 @@ class Router:
             is_from_me=message.is_from_me,
             reply=reply,
         )
-        return resolve(
-            routing,
-            snapshot.index,
-            chat,
-            snapshot.paths,
-            now=self._clock(),
-            trigger=self._trigger,
+        now = self._clock()
+        decision = resolve(
+            routing, snapshot.index, chat, snapshot.paths, now=now, trigger=self._trigger
         )
+        # The decision layer `limit` comes last: only a message that would fire is limited.
+        return self.limiter.check(decision, message.chat_jid, message.sender, now)
 
     async def explain(
         self, message: InboundMessage, *, message_type: MessageType = MessageType.USER

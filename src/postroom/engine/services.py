@@ -25,6 +25,7 @@ from postroom.engine.routes import RouteService
 from postroom.engine.signals import Signals
 from postroom.engine.tasks import DEFAULT_TICK_S, TaskService
 from postroom.engine.tokens import TokenService
+from postroom.engine.turn_limit import TurnLimiter
 from postroom.engine.turns import QueueSettings, TurnService
 from postroom.store.protocol import Store
 from postroom.store.sqlite import SqliteStore
@@ -71,7 +72,13 @@ class Services:
         catalog = Catalog()
         signals = signals or Signals()
         queue = queue or QueueSettings()
-        router = Router(store=store, catalog=catalog, trigger=trigger, clock=clock)
+        router = Router(
+            store=store,
+            catalog=catalog,
+            trigger=trigger,
+            clock=clock,
+            limiter=TurnLimiter(turns_per_minute=limits.turns_per_minute, owners=owners),
+        )
         folders = FolderService(
             store=store,
             catalog=catalog,

@@ -217,6 +217,10 @@ class MessageArgs(_Args):
         "a mention by itself.",
     )
     mentioned: bool = Field(False, description="The platform says the bot was mentioned.")
+    is_from_me: bool = Field(
+        False,
+        description="The bot's own message echoed back by the platform: stored, never routed.",
+    )
     attachments: list[AttachmentArgs] = Field(
         default_factory=list, max_length=32, description="Files that came with the message."
     )
