@@ -37,6 +37,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 SECRET = "s3cret"
+#: Load tests run many turns a minute in one chat on purpose: lift the loop guard's limit.
+UNLIMITED_TURNS = {"POSTROOM_LIMITS__TURNS_PER_MINUTE": "1000000"}
 READY = re.compile(r"postroom serving on http://127\.0\.0\.1:(\d+)")
 START_TIMEOUT_S = 30.0
 #: Variables that would make ``init`` detect another provider or point the server elsewhere.

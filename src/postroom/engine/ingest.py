@@ -155,7 +155,6 @@ class Ingestor:
                 )
             decision = await self._router.decide(tx, message)
             seq, decision = await self._apply(tx, message, decision, effects)
-            self._router.limiter.record(decision, message.chat_jid, message.sender, self._clock())
         self._after_commit(effects)
         self._metrics.message_in(decision.action.value, decision.layer.value)
         log.info(
@@ -214,6 +213,9 @@ class Ingestor:
             )
             conversation_id = enqueued.conversation_id
             decision = decision.with_job(enqueued.job_id)
+            if not enqueued.joined:
+                # A new turn counts toward the chat's limit; joining a queued one does not.
+                self._router.limiter.record(decision, message.chat_jid, message.sender, now)
             if enqueued.interrupted is not None:
                 effects.cancel.append(enqueued.interrupted)
             effects.turn = True

@@ -57,7 +57,7 @@ class TurnLimiter:
         return decision.as_rate_limited(self._limit)
 
     def record(self, decision: Decision, chat_jid: str, sender: str, now: datetime) -> None:
-        """Count a message that fired (call it with the final decision)."""
+        """Count a turn that *decision* started (a message joining a queued turn starts none)."""
         if decision.action is not Action.FIRE or not self._applies(decision, chat_jid, sender):
             return
         at = now.timestamp()
