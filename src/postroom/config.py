@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -241,6 +242,15 @@ class Config(_Section):
     def trigger(self) -> Trigger:
         return Trigger(self.assistant.name, tuple(self.assistant.aliases))
 
+    def secret_values(self) -> list[str]:
+        """Every secret this configuration holds (the API token, provider keys, channel
+        tokens and secrets), for the log redactor: none of them may ever reach a log line."""
+        found = [self.api.token, self.transcriber.api_key or ""]
+        for provider in self.providers.values():
+            found.extend(provider.api_keys)
+        found.extend(_secret_strings(self.channels))
+        return [value for value in found if value]
+
     def provider_names(self) -> frozenset[str]:
         """The providers a folder may name: the built-in ones and every configured section."""
         return frozenset(BUILTIN_PROVIDERS) | frozenset(self.providers)
@@ -453,3 +463,18 @@ provider = "{provider}"
 # name = "Postroom"     # "@Postroom ..." at the start of a message is a mention
 # aliases = ["ghost"]
 {model_section}"""
+
+
+_SECRET_KEY = re.compile(r"token|secret|password|key", re.IGNORECASE)
+
+
+def _secret_strings(section: Any) -> list[str]:
+    """The values of keys named like secrets, at any depth of a channel section."""
+    found: list[str] = []
+    if isinstance(section, dict):
+        for key, value in section.items():
+            if isinstance(value, str) and _SECRET_KEY.search(str(key)):
+                found.append(value)
+            else:
+                found.extend(_secret_strings(value))
+    return found

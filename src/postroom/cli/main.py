@@ -151,7 +151,7 @@ def init(
     else:
         stdout.print("The folders and routes were already set up; nothing changed.")
     stdout.print(
-        "Next: postroom serve, then open http://127.0.0.1:8484 (operator view: add ?token=<token>)."
+        "Next: postroom serve, then open http://127.0.0.1:8484 (operator view: add #token=<token>)."
     )
 
 

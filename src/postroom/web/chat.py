@@ -36,6 +36,7 @@ from postroom.engine.notices import new_message_id
 from postroom.engine.services import Services
 from postroom.engine.signals import Event
 from postroom.engine.views import message_to_dict
+from postroom.web.socket_auth import presented_token, subprotocol
 
 __all__ = ["VISITOR_COOKIE", "WebChat"]
 
@@ -110,17 +111,27 @@ class WebChat:
 
     # -- the socket ---------------------------------------------------------------------------
     async def _socket(self, websocket: WebSocket) -> None:
+        try:
+            await self._open(websocket)
+        except WebSocketDisconnect:
+            # A closed tab is normal: one quiet line, never a traceback (which would show the
+            # request, headers and all).
+            log.debug("web.disconnected", channel=websocket.path_params.get("channel"))
+
+    async def _open(self, websocket: WebSocket) -> None:
         channel = websocket.path_params["channel"]
+        protocol = subprotocol(websocket)
         # Refusals accept first and then close with a code, so the page can say why.
         if not _CHANNEL.fullmatch(channel):
-            await websocket.accept()
+            await websocket.accept(subprotocol=protocol)
             await websocket.close(code=4404, reason="no such channel")
             return
-        token = websocket.query_params.get("token")
+        # The token never travels in the URL (socket_auth): a header or the subprotocol.
+        token = presented_token(websocket)
         headers: list[tuple[bytes, bytes]] = []
         if token is not None:
-            if not token_matches(self._token, token):
-                await websocket.accept()
+            if not token or not token_matches(self._token, token):
+                await websocket.accept(subprotocol=protocol)
                 await websocket.close(code=4401, reason="the access token was refused")
                 return
             tag = token_tag(token)
@@ -138,7 +149,7 @@ class WebChat:
                     )
                 )
             visitor = _Visitor(f"web:{channel}/anon-{ident}", f"web:anon/{ident}", "Visitor", False)
-        await websocket.accept(headers=headers or None)
+        await websocket.accept(subprotocol=protocol, headers=headers or None)
         await self._serve(websocket, visitor, channel)
 
     async def _serve(self, websocket: WebSocket, visitor: _Visitor, channel: str) -> None:
@@ -183,7 +194,8 @@ class WebChat:
                     if task not in done:
                         task.cancel()
         except* (WebSocketDisconnect, RuntimeError):
-            pass
+            # A closed tab or client is normal: one quiet line, never a traceback.
+            log.debug("web.disconnected", chat_jid=visitor.chat_jid)
         finally:
             subscription.close()
             # The page may be gone already: closing a socket the client closed is no error.

@@ -311,10 +311,28 @@
     return m ? m[1] : 'main';
   }
 
-  const params = new URLSearchParams(location.search);
+  // The operator's token comes from the link (#token=… — a fragment never reaches a server —
+  // or the older ?token=…), is kept for this tab only, and is taken out of the address bar so
+  // it is not left in history or a shared screenshot. It never goes into a URL again.
+  function takeToken() {
+    const query = new URLSearchParams(location.search);
+    const fragment = new URLSearchParams(location.hash.replace(/^#/, ''));
+    const given = fragment.get('token') || query.get('token');
+    if (given) {
+      query.delete('token');
+      fragment.delete('token');
+      const search = query.toString();
+      const hash = fragment.toString();
+      history.replaceState(null, '', location.pathname + (search ? `?${search}` : '') + (hash ? `#${hash}` : ''));
+      try { sessionStorage.setItem('postroom-token', given); } catch { /* storage off: this load only */ }
+      return given;
+    }
+    try { return sessionStorage.getItem('postroom-token') || ''; } catch { return ''; }
+  }
+
   const state = {
     channel: channelFromPath(),
-    token: params.get('token') || '',
+    token: takeToken(),
     assistant: 'Postroom',
     chatJid: null,
     sender: null,
@@ -1275,9 +1293,14 @@
 
   function socketUrl() {
     const scheme = location.protocol === 'https:' ? 'wss:' : 'ws:';
-    let url = `${scheme}//${location.host}/ws/chat/${encodeURIComponent(state.channel)}`;
-    if (state.token) url += `?token=${encodeURIComponent(state.token)}`;
-    return url;
+    return `${scheme}//${location.host}/ws/chat/${encodeURIComponent(state.channel)}`;
+  }
+
+  /** The token rides in the subprotocol list (hex of its UTF-8), never in the URL. */
+  function socketProtocols() {
+    if (!state.token) return [];
+    const hex = Array.from(new TextEncoder().encode(state.token), (b) => b.toString(16).padStart(2, '0')).join('');
+    return ['postroom', `postroom.token.${hex}`];
   }
 
   function connect() {
@@ -1287,7 +1310,7 @@
     setStatus('connecting');
     let ws;
     try {
-      ws = new WebSocket(socketUrl());
+      ws = new WebSocket(socketUrl(), socketProtocols());
     } catch {
       scheduleReconnect();
       return;
