@@ -59,6 +59,7 @@ ENDPOINTS: tuple[Endpoint, ...] = tuple(
         ("GET", "/api/v1/jobs", READ, True),
         ("POST", "/api/v1/jobs/{id}/retry", ADMIN, False),
         ("POST", "/api/v1/jobs/{id}/cancel", ADMIN, False),
+        ("GET", "/api/v1/runs", READ, False),
         ("GET", "/api/v1/runs/{id}", READ, True),
         ("GET", "/api/v1/drops", READ, False),
         ("GET", "/api/v1/providers", READ, False),

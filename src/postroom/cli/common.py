@@ -50,6 +50,12 @@ class _Console(Console):
     a table then prints in full, one row per line, for ``grep`` and friends (Rich would
     otherwise fold it to 80 columns, or to the width of a terminal on another stream)."""
 
+    def __init__(self, *, stderr: bool = False) -> None:
+        super().__init__(stderr=stderr, highlight=False, soft_wrap=True)
+        # Rich reads COLUMNS and LINES once, here; these consoles live as long as the process,
+        # so the size is read each time it is needed instead.
+        self._width = self._height = None
+
     @property
     def size(self) -> ConsoleDimensions:
         size = super().size
@@ -60,8 +66,8 @@ class _Console(Console):
         self._width, self._height = new_size
 
 
-stdout = _Console(highlight=False, soft_wrap=True)
-stderr = _Console(stderr=True, highlight=False, soft_wrap=True)
+stdout = _Console()
+stderr = _Console(stderr=True)
 
 
 def table(*headers: str, keep: tuple[str, ...] = ()) -> Table:
