@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import signal
 import socket
 import stat
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from e2e_harness import ServerProcess, postroom_cli
+from e2e_harness import ServerProcess, clean_env, postroom_cli
 
 StartServer = Callable[..., ServerProcess]
 #: Generous for a loaded machine: the interpreter and postroom's imports take most of it.
@@ -126,4 +129,35 @@ def test_start_up_errors_end_the_process_at_once(data_dir: Path, busy_port: int)
         line, _ = _serve_expecting_failure(data_dir)
         assert "llama-cpp-python" in line, line
     # Nothing was left behind that would stop the next start.
+    assert not (data_dir / "serve.json").exists()
+
+
+@pytest.mark.parametrize("after_s", [0.3, 1.0, 2.0])
+def test_ctrl_c_during_start_up_ends_it_without_a_traceback(data_dir: Path, after_s: float) -> None:
+    """Wherever start-up is when Ctrl-C comes (loading modules, opening the store, listening),
+    the process ends at once, quietly."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "postroom", "--data", str(data_dir), "serve", "--port", "0"],
+        env=clean_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        # A test runner may start us with SIGINT ignored; a terminal never does.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        time.sleep(after_s)  # the moment of the Ctrl-C, not a wait for something to happen
+        process.send_signal(signal.SIGINT)
+        code = process.wait(EXIT_WITHIN_S)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    assert process.stderr is not None
+    errors = process.stderr.read()
+    process.stderr.close()
+    # 0 after a graceful stop; 130 (or the signal itself) when interrupted while starting.
+    assert code in (0, 130, -signal.SIGINT), (code, errors)
+    assert "Traceback" not in errors, errors
     assert not (data_dir / "serve.json").exists()
