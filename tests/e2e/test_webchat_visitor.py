@@ -76,9 +76,11 @@ async def page(
     server: ServerProcess, *, token: str | None = None, cookie: str | None = None
 ) -> AsyncIterator[Page]:
     url = server.url.replace("http://", "ws://") + "/ws/chat/main"
-    headers: Mapping[str, str] = {"Cookie": cookie} if cookie else {}
-    query = f"?token={token}" if token else ""
-    async with connect(url + query, additional_headers=headers, proxy=None) as socket:
+    headers: dict[str, str] = {"Cookie": cookie} if cookie else {}
+    if token:
+        # The operator presents the token as the page does, never in the URL.
+        headers["Authorization"] = f"Bearer {token}"
+    async with connect(url, additional_headers=headers, proxy=None) as socket:
         opened = Page(socket)
         opened.reader = asyncio.create_task(opened._read(), name="chat-socket-reader")
         await opened.until(lambda f: f.get("type") == "history", "the history")
