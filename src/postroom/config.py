@@ -15,9 +15,17 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from postroom.core.bounds import MAX_DURATION_S, check_count
 from postroom.core.durations import format_duration, parse_duration
@@ -75,6 +83,7 @@ CHANNEL_KEYS: Mapping[str, frozenset[str]] = {
 #: ``[channels.http.<platform>]``: an outbound webhook per platform.
 HTTP_PLATFORM_KEYS = frozenset({"outbound_url", "secret"})
 KNOWN_CHANNELS = (*CHANNEL_KEYS, "http")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 #: Durations and counts go through the bounds every surface shares (INTERFACES §1 Bounds).
@@ -148,6 +157,13 @@ class ContextConfig(_Section):
     max_messages: Count = 200
 
 
+class SkillsConfig(_Section):
+    """How many of a folder's skills a run takes, within how many characters (MESSAGES §4)."""
+
+    max_per_run: Size = 3
+    max_chars: Count = 8000
+
+
 class LimitsConfig(_Section):
     content_bytes: Count = 65536
     body_bytes: Count = 1048576
@@ -206,6 +222,45 @@ class ProviderConfig(_Section):
     stream: bool = False
     timeout_s: Duration = Field(120.0, alias="timeout")
     delay_ms: Size = 0
+    #: ``kind = "cli"`` (PIPELINE §4): the agent command, ``{model}`` replaced by the model.
+    command: tuple[str, ...] | None = None
+    #: Environment variables of every run of the command.
+    env: dict[str, str] = Field(default_factory=dict)
+    #: One set of environment variables per account, rotated on a rate limit.
+    accounts: tuple[dict[str, str], ...] = ()
+    #: A regex: a failed run whose output matches it was rate-limited.
+    rate_limit_pattern: str | None = None
+    #: What goes to the command's stdin: the whole ``conversation``, or once it has answered
+    #: in the conversation's directory only what is ``new`` since (it keeps the rest itself).
+    input: Literal["conversation", "new"] | None = None
+
+    @model_validator(mode="after")
+    def _cli_keys(self) -> ProviderConfig:
+        cli_keys = [
+            key
+            for key, value in (
+                ("command", self.command),
+                ("env", self.env),
+                ("accounts", self.accounts),
+                ("rate_limit_pattern", self.rate_limit_pattern),
+                ("input", self.input),
+            )
+            if value
+        ]
+        if cli_keys and self.kind != "cli":
+            raise ValueError(f"{', '.join(cli_keys)} apply only to a provider of kind = 'cli'")
+        if self.command is not None and (not self.command or not self.command[0].strip()):
+            raise ValueError('command must name a program: a list such as ["claude", "--print"]')
+        for table in (self.env, *self.accounts):
+            for name in table:
+                if not _ENV_NAME.fullmatch(name):
+                    raise ValueError(f"{name!r} is not an environment variable name")
+        if self.rate_limit_pattern is not None:
+            try:
+                re.compile(self.rate_limit_pattern)
+            except re.error as exc:
+                raise ValueError(f"rate_limit_pattern is not a valid regex ({exc})") from None
+        return self
 
 
 class ModelConfig(_Section):
@@ -226,6 +281,7 @@ class Config(_Section):
     delivery: DeliveryConfig = DeliveryConfig()
     observe: ObserveConfig = ObserveConfig()
     context: ContextConfig = ContextConfig()
+    skills: SkillsConfig = SkillsConfig()
     limits: LimitsConfig = LimitsConfig()
     scheduler: SchedulerConfig = SchedulerConfig()
     llm: LlmConfig = LlmConfig()

@@ -25,6 +25,7 @@ from postroom.api.models import (
     MessageIn,
     RouteIn,
     RouteRow,
+    SkillIn,
     TaskIn,
     TokenIn,
 )
@@ -36,6 +37,7 @@ from postroom.engine.inbound import build_inbound
 from postroom.engine.preview import DEFAULT_PREVIEW, MAX_PREVIEW
 from postroom.engine.services import Services
 from postroom.engine.signals import Event
+from postroom.engine.skills import skill_to_dict
 from postroom.engine.tasks import TaskService, task_to_dict
 from postroom.engine.tokens import OWNER, Principal, token_to_dict
 from postroom.engine.turns import job_to_dict
@@ -222,6 +224,43 @@ def build_router(ctx: ApiContext) -> APIRouter:
             body.path, spec, actor=who.actor(SURFACE), within=who.folder
         )
         return folder_to_dict(folder)
+
+    # -- skills (before the folder routes: {path:path} would take ".../skills") ---------------
+    @api.get("/folders/{path:path}/skills", summary="The skills a folder sees (own, inherited)")
+    async def list_skills(path: str, who: Principal = Caller) -> dict[str, Any]:
+        found = await services.skills.visible(path, within=who.folder)
+        return {"skills": [skill_to_dict(skill, origin) for skill, origin in found]}
+
+    @api.post("/folders/{path:path}/skills", status_code=201, responses=refusals(409))
+    async def add_skill(path: str, body: SkillIn, who: Principal = Caller) -> dict[str, Any]:
+        skill = await services.skills.add(
+            path, body.model_dump(), actor=who.actor(SURFACE), within=who.folder
+        )
+        return skill_to_dict(skill)
+
+    @api.get("/folders/{path:path}/skills/{name}", summary="One skill a folder sees")
+    async def get_skill(path: str, name: str, who: Principal = Caller) -> dict[str, Any]:
+        skill, origin = await services.skills.show(path, name, within=who.folder)
+        return skill_to_dict(skill, origin)
+
+    @api.patch("/folders/{path:path}/skills/{name}", summary="Change a skill's fields")
+    async def update_skill(
+        path: str,
+        name: str,
+        body: dict[str, Any] = Body(  # noqa: B008
+            ..., examples=[{"keywords": ["invoice", "billing"]}]
+        ),
+        who: Principal = Caller,
+    ) -> dict[str, Any]:
+        skill = await services.skills.update(
+            path, name, body, actor=who.actor(SURFACE), within=who.folder
+        )
+        return skill_to_dict(skill)
+
+    @api.delete("/folders/{path:path}/skills/{name}", status_code=204)
+    async def delete_skill(path: str, name: str, who: Principal = Caller) -> Response:
+        await services.skills.remove(path, name, actor=who.actor(SURFACE), within=who.folder)
+        return Response(status_code=204)
 
     @api.get("/folders/{path:path}", summary="One folder: its persona and every setting")
     async def get_folder(path: str, who: Principal = Caller) -> dict[str, Any]:

@@ -177,12 +177,13 @@ class Gateway:
         # AGENT.md files edited while no server ran (and, once, every file an older postroom
         # wrote) are imported now; from here on each folder's file is checked before its turns.
         await services.folders.import_edits()
+        await services.skills.import_edits()
         if providers is not None:
             models = dict(providers)
         else:
             folders = services.catalog.snapshot.folders.values()
             used = {f.provider for f in folders if f.provider}
-            models = build_providers(config, clock=clock, used=used)
+            models = build_providers(config, clock=clock, used=used, data_dir=data_dir)
         sinks, webhooks = build_sinks(config)
         host = ChannelHost(adapters, signals=signals, sinks=sinks)
         voice = transcriber(config)

@@ -38,6 +38,7 @@ from postroom.engine.memory import MemoryService
 from postroom.engine.runner import ProviderRunner
 from postroom.engine.services import Services
 from postroom.engine.signals import Signals
+from postroom.engine.skills import SkillLimits
 from postroom.engine.tools import ToolFactory
 from postroom.engine.turns import QueueSettings
 from postroom.engine.worker import WorkerPool
@@ -122,6 +123,9 @@ def build_services(
         tick_s=config.scheduler.tick_s,
         api_token=config.api.token,
         providers=config.provider_names(),
+        skills=SkillLimits(
+            max_per_run=config.skills.max_per_run, max_chars=config.skills.max_chars
+        ),
     )
 
 
@@ -225,6 +229,7 @@ def build_workers(
         memory=memory,
         compactor=compactor,
         enricher=Enricher(store=store, transcribe=transcribe),
+        skills=services.skills,
     )
     return WorkerPool(
         store=store,

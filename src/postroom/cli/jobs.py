@@ -198,6 +198,14 @@ def show(
     )
     if record.error:
         stdout.print(Text(f"error: {record.error}", style="red"))
+    if record.skills:
+        used = ", ".join(
+            f"{s.get('name')} ({s.get('score')}"
+            + (f", from {s['inherited_from']}" if s.get("inherited_from") else "")
+            + ")"
+            for s in record.skills
+        )
+        stdout.print(Text(f"skills: {used}"))
     stdout.print(Text("── system prompt ──", style="dim"))
     stdout.print(Text(record.system))
     stdout.print(Text(f"── messages ({len(record.messages)}) ──", style="dim"))

@@ -221,9 +221,11 @@ def render_system_prompt(
     memory: Sequence[str] = (),
     state: Sequence[str] = (),
     summary: str = "",
+    skills: Sequence[str] = (),
     notices: Sequence[str] = (),
 ) -> str:
-    """Persona, then memory, state and the compaction summary, then the notices (last)."""
+    """Persona, then memory, state, the compaction summary and the skills chosen for the run,
+    then the notices (last)."""
     parts = [persona.strip()] if persona.strip() else []
     if memory:
         parts.append("What you remember:\n" + "\n".join(f"- {fact}" for fact in memory))
@@ -231,6 +233,8 @@ def render_system_prompt(
         parts.append("State:\n" + "\n".join(f"- {entry}" for entry in state))
     if summary:
         parts.append("Summary of the earlier conversation:\n" + summary.strip())
+    if skills:
+        parts.append("Skills for this request:\n\n" + "\n\n".join(skills))
     if notices:
         parts.append("\n".join(notices))
     return "\n\n".join(parts)

@@ -23,11 +23,13 @@ from postroom.core.context import (
 )
 from postroom.core.folders import FolderSettings
 from postroom.core.messages import MessageType, StoredMessage
+from postroom.core.skills import ChosenSkill, render_skill
 from postroom.engine.catalog import Catalog
 from postroom.engine.clock import Clock
 from postroom.engine.compaction import Compactor
 from postroom.engine.enrich import Enricher
 from postroom.engine.memory import MemoryService, PromptMemory
+from postroom.engine.skills import SkillService
 from postroom.llm.base import ModelRequest
 from postroom.store.protocol import Store, StoreTx
 from postroom.store.records import (
@@ -71,8 +73,10 @@ class ContextBuilder:
         memory: MemoryService | None = None,
         compactor: Compactor | None = None,
         enricher: Enricher | None = None,
+        skills: SkillService | None = None,
     ) -> None:
         self._enricher = enricher
+        self._skills = skills
         self._store = store
         self._catalog = catalog
         self._clock = clock
@@ -107,22 +111,29 @@ class ContextBuilder:
         notices = system_notices(
             now=self._clock(), chat_jid=job.chat_jid, folder=job.folder, topic=job.topic
         )
+        messages = bridge_summary(
+            format_messages_for_sdk(history, multi_party=read.multi_party or None),
+            summarized=compaction is not None,
+        )
+        chosen: list[ChosenSkill] = []
+        if self._skills is not None:
+            chosen = await self._skills.for_run(job.folder, _new_input(messages))
         system = render_system_prompt(
             settings.persona,
             memory=memory.facts if memory else (),
             state=memory.state if memory else (),
             summary=compaction.summary if compaction else "",
+            skills=[render_skill(c.skill) for c in chosen],
             notices=notices,
         )
         conversation_chat = read.conversation.chat_jid if read.conversation else job.chat_jid
         answer_chat = conversation_chat or (job.messages[-1][1] if job.messages else job.chat_jid)
         request = ModelRequest(
             system=system,
-            messages=bridge_summary(
-                format_messages_for_sdk(history, multi_party=read.multi_party or None),
-                summarized=compaction is not None,
-            ),
+            messages=messages,
             model=settings.model,
+            conversation_id=job.conversation_id,
+            skills=[c.to_record() for c in chosen],
         )
         senders = frozenset(m.sender for m in history if m.message_type is MessageType.USER)
         return PreparedTurn(request, answer_chat, senders)
@@ -181,6 +192,15 @@ class ContextBuilder:
                 )
                 memory = await self._memory.for_prompt(tx, job.folder, query)
         return _Read(conversation, uncompacted, history, compaction, memory, multi_party)
+
+
+def _new_input(messages: Sequence[ContextMessage]) -> str:
+    """The turn's new messages (after the last answer): what its skills are chosen by."""
+    start = 0
+    for index, message in enumerate(messages):
+        if message.role == "assistant":
+            start = index + 1
+    return "\n".join(m.content for m in messages[start:])
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from postroom.engine.metrics import Metrics
 from postroom.engine.router import Router
 from postroom.engine.routes import RouteService
 from postroom.engine.signals import Signals
+from postroom.engine.skills import SkillLimits, SkillService
 from postroom.engine.tasks import DEFAULT_TICK_S, TaskService
 from postroom.engine.tokens import TokenService
 from postroom.engine.turn_limit import TurnLimiter
@@ -45,6 +46,7 @@ class Services:
     tasks: TaskService
     history: History
     tokens: TokenService
+    skills: SkillService
     signals: Signals
     defaults: FolderDefaults
     queue: QueueSettings
@@ -67,8 +69,10 @@ class Services:
         tick_s: float = DEFAULT_TICK_S,
         api_token: str = "",
         providers: Collection[str] = BUILTIN_PROVIDERS,
+        skills: SkillLimits | None = None,
     ) -> Services:
-        """*providers*: the names a folder's ``provider`` may take (built-in and configured)."""
+        """*providers*: the names a folder's ``provider`` may take (built-in and configured);
+        *skills*: how many skills a run takes, within how many characters."""
         catalog = Catalog()
         signals = signals or Signals()
         queue = queue or QueueSettings()
@@ -111,6 +115,7 @@ class Services:
             ),
             history=History(store=store),
             tokens=TokenService(store=store, clock=clock, owner_secret=api_token),
+            skills=SkillService(store=store, clock=clock, folders_dir=folders_dir, limits=skills),
             signals=signals,
             defaults=defaults,
             queue=queue,

@@ -622,6 +622,7 @@ class WorkerPool:
                 error=error,
                 started_at=job.started_at or now,
                 finished_at=now,
+                skills=record["skills"],
             )
         )
 

@@ -101,6 +101,11 @@ class ModelRequest:
     model: str | None = None
     tools: Sequence[ToolSpec] = ()
     max_tokens: int = 4096
+    #: The conversation the run belongs to: a command-line runner keeps its working directory
+    #: per conversation (``None`` for a call outside one, such as a summary).
+    conversation_id: int | None = None
+    #: The skills chosen for the run (already in ``system``), as the run record lists them.
+    skills: Sequence[Mapping[str, Any]] = ()
 
     def to_record(self) -> dict[str, Any]:
         return {
@@ -108,6 +113,7 @@ class ModelRequest:
             "messages": [m.to_dict() for m in self.messages],
             "model": self.model,
             "tools": [t.to_dict() for t in self.tools],
+            "skills": [dict(s) for s in self.skills],
         }
 
 

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from postroom.core.decision import ChatState, ReplyTarget
 from postroom.core.folders import Folder
 from postroom.core.messages import StoredMessage
+from postroom.core.skills import Skill
 from postroom.store.records import (
     CompactionRecord,
     ConversationRecord,
@@ -429,6 +430,20 @@ class StoreTx(Protocol):
         ...
 
     async def delete_token(self, name: str) -> bool: ...
+
+    # -- skills (MESSAGES §4) ---------------------------------------------------------------------
+    async def list_skills(self, folders: Iterable[str] | None = None) -> list[Skill]:
+        """The skills of *folders* (of every folder when ``None``), by folder and name."""
+        ...
+
+    async def get_skill(self, folder: str, name: str) -> Skill | None: ...
+
+    async def put_skill(self, skill: Skill) -> None:
+        """Insert a skill, or replace the one of the same folder and name (keeping its
+        ``created_at``)."""
+        ...
+
+    async def delete_skill(self, folder: str, name: str) -> bool: ...
 
 
 class Store(Protocol):

@@ -28,6 +28,7 @@ from postroom.store.sqlite.migrate import apply_migrations
 from postroom.store.sqlite.outbox import OutboxStatements
 from postroom.store.sqlite.queue import QueueStatements
 from postroom.store.sqlite.runs import RunStatements
+from postroom.store.sqlite.skills import SkillStatements
 from postroom.store.sqlite.tokens import TokenStatements
 from postroom.store.sqlite.wal import Checkpoint, WalKeeper, WalLimits
 
@@ -46,6 +47,7 @@ class SqliteTx(
     RunStatements,
     MemoryStatements,
     TokenStatements,
+    SkillStatements,
     StoreTx,
 ):
     """Every statement postroom runs, on the connection of one transaction."""
