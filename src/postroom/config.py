@@ -155,6 +155,10 @@ class ObserveConfig(_Section):
 
 class ContextConfig(_Section):
     max_messages: Count = 200
+    #: Images of the newest this many user rows reach a vision model (MESSAGES §4).
+    max_images: Count = 4
+    #: A text file longer than this is inlined up to here.
+    max_file_chars: Count = 20000
 
 
 class SkillsConfig(_Section):
@@ -168,6 +172,8 @@ class LimitsConfig(_Section):
     content_bytes: Count = 65536
     body_bytes: Count = 1048576
     image_bytes: Count = 5242880
+    #: One attachment that is not an image (a PDF, a text file, a voice note).
+    file_bytes: Count = 20971520
     #: PIPELINE §1 item 7: turns non-owners may fire in one chat in any 60 s.
     turns_per_minute: Count = 20
 
@@ -266,7 +272,12 @@ class ProviderConfig(_Section):
 class ModelConfig(_Section):
     """Overrides of postroom's model table: window and price (USD per million tokens)."""
 
-    context_window: Annotated[int, AfterValidator(functools.partial(check_count, minimum=256))]
+    #: Unset: the window postroom knows for the model (a conservative one when it knows none).
+    context_window: (
+        Annotated[int, AfterValidator(functools.partial(check_count, minimum=256))] | None
+    ) = None
+    #: Whether the model takes images (unset: what postroom knows of it).
+    vision: bool | None = None
     input_per_mtok: float | None = Field(None, ge=0, allow_inf_nan=False)
     output_per_mtok: float | None = Field(None, ge=0, allow_inf_nan=False)
 

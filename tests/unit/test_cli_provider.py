@@ -10,6 +10,7 @@ import pytest
 
 from postroom.app.providers import build_provider
 from postroom.config import Config, ProviderConfig, load_config
+from postroom.core.attachments import MediaPart
 from postroom.core.context import ContextMessage
 from postroom.core.errors import ConfigError
 from postroom.llm.accounts import AccountPool
@@ -55,6 +56,14 @@ def test_the_conversation_is_rendered_with_roles_after_the_instructions() -> Non
         '<message role="assistant">\nhello\n</message>\n\n'
         '<message role="command output, exit 2">\ndone\n</message>\n\n'
         '<message role="user">\nand now?\nsecond line\n</message>\n'
+    )
+
+
+def test_a_command_reads_a_placeholder_line_for_each_picture_or_file() -> None:
+    photo = MediaPart("image", "ab" * 32, "image/png", "cat.png", 2048, b"png")
+    request = ModelRequest(system="", messages=(ContextMessage("user", "look", media=(photo,)),))
+    assert render_conversation(request) == (
+        '<message role="user">\nlook\n[attachment: cat.png, image/png, 2 KB]\n</message>\n'
     )
 
 

@@ -67,6 +67,7 @@ ENDPOINTS: tuple[Endpoint, ...] = tuple(
         ("GET", "/api/v1/runs", READ, False),
         ("GET", "/api/v1/runs/{id}", READ, True),
         ("GET", "/api/v1/drops", READ, False),
+        ("GET", "/api/v1/blobs/{sha256}", READ, False),
         ("GET", "/api/v1/providers", READ, False),
         ("GET", "/api/v1/channels", READ, False),
         ("GET", "/api/v1/tokens", ADMIN, False),

@@ -23,6 +23,7 @@ from rich.text import Text
 
 from postroom.config import CONFIG_FILE, DATABASE_FILE, Config, load_config
 from postroom.core.errors import PostroomError
+from postroom.engine.attachments import AttachmentLimits
 from postroom.engine.ingest import IngestLimits
 from postroom.engine.services import Services
 from postroom.engine.turns import QueueSettings
@@ -145,6 +146,9 @@ async def services_for(cli: CliContext, *, require: bool = True) -> AsyncIterato
         defaults=config.folder_defaults(),
         limits=IngestLimits(
             content_bytes=config.limits.content_bytes,
+            attachments=AttachmentLimits(
+                image_bytes=config.limits.image_bytes, file_bytes=config.limits.file_bytes
+            ),
             missing_notice_s=config.routing.missing_folder_notice_s,
             turns_per_minute=config.limits.turns_per_minute,
         ),

@@ -13,9 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from postroom.core.attachments import AttachmentPolicy, Blob
 from postroom.core.context import (
     ContextMessage,
     arrange_history,
+    attachment_hashes,
     bridge_summary,
     format_messages_for_sdk,
     render_system_prompt,
@@ -31,6 +33,7 @@ from postroom.engine.enrich import Enricher
 from postroom.engine.memory import MemoryService, PromptMemory
 from postroom.engine.skills import SkillService
 from postroom.llm.base import ModelRequest
+from postroom.llm.models import ModelTable
 from postroom.store.protocol import Store, StoreTx
 from postroom.store.records import (
     CompactionRecord,
@@ -42,6 +45,9 @@ from postroom.store.records import (
 
 __all__ = ["ContextBuilder", "ContextSettings", "PreparedTurn"]
 
+#: The attachment policy of a turn that never read its folder's model (a placeholder).
+NO_IMAGES = AttachmentPolicy(vision=False)
+
 #: How many of a chat's newest user rows say whether more than one person speaks there.
 SENDER_WINDOW = 1000
 
@@ -49,6 +55,8 @@ SENDER_WINDOW = 1000
 @dataclass(frozen=True, slots=True)
 class ContextSettings:
     max_messages: int = 200
+    max_images: int = 4
+    max_file_chars: int = 20000
     observe_window_messages: int = 20
     observe_window_chars: int = 8000
 
@@ -60,6 +68,8 @@ class PreparedTurn:
     answer_chat: str
     #: Who wrote the user messages of the history (messages added mid-run are labelled alike).
     senders: frozenset[str] = frozenset()
+    #: What the model is sent of attachments (messages added mid-run are sent alike).
+    policy: AttachmentPolicy = NO_IMAGES
 
 
 class ContextBuilder:
@@ -74,9 +84,11 @@ class ContextBuilder:
         compactor: Compactor | None = None,
         enricher: Enricher | None = None,
         skills: SkillService | None = None,
+        models: ModelTable | None = None,
     ) -> None:
         self._enricher = enricher
         self._skills = skills
+        self._models = models or ModelTable()
         self._store = store
         self._catalog = catalog
         self._clock = clock
@@ -102,17 +114,23 @@ class ContextBuilder:
     async def build(self, job: JobRecord, settings: FolderSettings) -> PreparedTurn:
         if self._enricher is not None:
             await self._enricher.enrich(job)
-        read = await self._read(job)
+        policy = self._policy(settings)
+        read = await self._read(job, policy)
         if self._compactor is not None and await self._compactor.compact(
             job, settings, read.uncompacted
         ):
-            read = await self._read(job)
+            read = await self._read(job, policy)
         history, compaction, memory = read.history, read.compaction, read.memory
         notices = system_notices(
             now=self._clock(), chat_jid=job.chat_jid, folder=job.folder, topic=job.topic
         )
         messages = bridge_summary(
-            format_messages_for_sdk(history, multi_party=read.multi_party or None),
+            format_messages_for_sdk(
+                history,
+                multi_party=read.multi_party or None,
+                blobs=read.blobs,
+                policy=policy,
+            ),
             summarized=compaction is not None,
         )
         chosen: list[ChosenSkill] = []
@@ -136,23 +154,39 @@ class ContextBuilder:
             skills=[c.to_record() for c in chosen],
         )
         senders = frozenset(m.sender for m in history if m.message_type is MessageType.USER)
-        return PreparedTurn(request, answer_chat, senders)
+        return PreparedTurn(request, answer_chat, senders, policy)
+
+    def _policy(self, settings: FolderSettings) -> AttachmentPolicy:
+        """What this folder's model is sent of the attachments (MESSAGES §4)."""
+        return AttachmentPolicy(
+            vision=self._models.info(settings.model or settings.provider).vision,
+            max_images=self._settings.max_images,
+            max_file_chars=self._settings.max_file_chars,
+        )
 
     async def steered(
-        self, job: JobRecord, refs: Sequence[tuple[str, str]], senders: frozenset[str]
+        self,
+        job: JobRecord,
+        refs: Sequence[tuple[str, str]],
+        senders: frozenset[str],
+        policy: AttachmentPolicy | None = None,
     ) -> list[ContextMessage]:
         """Messages that joined a running turn (``busy_policy = "steer"``), rendered as its
         history renders them: voice notes transcribed first, senders named when the
         conversation has several."""
         if self._enricher is not None:
             await self._enricher.enrich(replace(job, messages=tuple(refs)))
+        policy = policy or NO_IMAGES
         async with self._store.read() as tx:
             rows = [await tx.get_message(message_id, chat) for message_id, chat in refs]
-        found = [row for row in rows if row is not None]
+            found = [row for row in rows if row is not None]
+            blobs = await tx.get_blobs(attachment_hashes(found, policy))
         everyone = senders | {m.sender for m in found if m.message_type is MessageType.USER}
-        return format_messages_for_sdk(found, multi_party=len(everyone) > 1)
+        return format_messages_for_sdk(
+            found, multi_party=len(everyone) > 1, blobs=blobs, policy=policy
+        )
 
-    async def _read(self, job: JobRecord) -> _Read:
+    async def _read(self, job: JobRecord, policy: AttachmentPolicy) -> _Read:
         """Everything the request is made of, in one read transaction."""
         async with self._store.read() as tx:
             conversation = await tx.get_conversation(job.conversation_id)
@@ -185,13 +219,14 @@ class ContextBuilder:
             # MESSAGES §5: in a chat where more than one person speaks, every user row is
             # named — also when the rows of this context happen to hold only one of them.
             multi_party = await tx.several_senders(job.chat_jid, within=SENDER_WINDOW)
+            blobs = await tx.get_blobs(attachment_hashes(history, policy))
             memory = None
             if self._memory is not None:
                 query = " ".join(
                     m.content for m in history[-5:] if m.message_type is MessageType.USER
                 )
                 memory = await self._memory.for_prompt(tx, job.folder, query)
-        return _Read(conversation, uncompacted, history, compaction, memory, multi_party)
+        return _Read(conversation, uncompacted, history, compaction, memory, multi_party, blobs)
 
 
 def _new_input(messages: Sequence[ContextMessage]) -> str:
@@ -211,3 +246,4 @@ class _Read:
     compaction: CompactionRecord | None
     memory: PromptMemory | None
     multi_party: bool
+    blobs: dict[str, Blob]

@@ -41,7 +41,14 @@ from pathlib import Path
 import structlog
 
 from postroom.core.context import ContextMessage
-from postroom.llm.base import ModelRequest, ModelResponse, ProviderError, RateLimited, TextSink
+from postroom.llm.base import (
+    ModelRequest,
+    ModelResponse,
+    ProviderError,
+    RateLimited,
+    TextSink,
+    text_with_placeholders,
+)
 
 __all__ = [
     "DEFAULT_CLI_COMMAND",
@@ -81,7 +88,9 @@ def render_conversation(request: ModelRequest, *, new_only: bool = False) -> str
     if request.system.strip():
         parts.append(f"<instructions>\n{request.system.strip()}\n</instructions>")
     for message in messages:
-        parts.append(f'<message role="{_role(message)}">\n{message.content.strip()}\n</message>')
+        # A command reads text only: each picture or file is its placeholder line.
+        text = text_with_placeholders(message).strip()
+        parts.append(f'<message role="{_role(message)}">\n{text}\n</message>')
     return "\n\n".join(parts) + "\n"
 
 

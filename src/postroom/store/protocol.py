@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from postroom.core.attachments import Blob
 from postroom.core.decision import ChatState, ReplyTarget
 from postroom.core.folders import Folder
 from postroom.core.messages import StoredMessage
@@ -444,6 +445,21 @@ class StoreTx(Protocol):
         ...
 
     async def delete_skill(self, folder: str, name: str) -> bool: ...
+
+    # -- blobs: attachment bytes, content-addressed ---------------------------------------------
+    async def insert_blobs(
+        self, blobs: Iterable[Blob], *, chat_jid: str, message_id: str, now: datetime
+    ) -> None:
+        """Store each blob once (by its SHA-256) and record that the message holds it."""
+        ...
+
+    async def get_blobs(self, hashes: Iterable[str]) -> dict[str, Blob]:
+        """The stored blobs among *hashes*, by hash."""
+        ...
+
+    async def chat_holds_blob(self, chat_jid: str, sha256: str) -> bool:
+        """Whether a message of *chat_jid* carries the blob (a visitor may fetch it)."""
+        ...
 
 
 class Store(Protocol):

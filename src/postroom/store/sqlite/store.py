@@ -20,6 +20,7 @@ from pathlib import Path
 
 from postroom.store.protocol import StoreTx
 from postroom.store.sqlite.base import InlineConnection, ThreadedConnection
+from postroom.store.sqlite.blobs import BlobStatements
 from postroom.store.sqlite.catalog import CatalogStatements
 from postroom.store.sqlite.chats import ChatStatements
 from postroom.store.sqlite.memory import MemoryStatements
@@ -48,6 +49,7 @@ class SqliteTx(
     MemoryStatements,
     TokenStatements,
     SkillStatements,
+    BlobStatements,
     StoreTx,
 ):
     """Every statement postroom runs, on the connection of one transaction."""
