@@ -2,9 +2,10 @@
 
 A URL ends up in access logs, proxies and browser history, so the token travels elsewhere:
 ``Authorization: Bearer <token>`` (clients that can set headers: the terminal UI), or — for a
-browser, whose WebSocket API cannot set headers — the subprotocol list
+script in a browser, whose WebSocket API cannot set headers — the subprotocol list
 ``["postroom", "postroom.token.<hex of the token's UTF-8>"]`` (hex: a subprotocol admits only
-a few characters). The server selects ``postroom``, never echoing the token back.
+a few characters). The server selects ``postroom``, never echoing the token back. (The web
+chat's operator needs neither: it rides on the dashboard's signed-in session.)
 """
 
 from __future__ import annotations
