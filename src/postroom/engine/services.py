@@ -31,6 +31,7 @@ from postroom.engine.tasks import DEFAULT_TICK_S, TaskService
 from postroom.engine.tokens import TokenService
 from postroom.engine.turn_limit import TurnLimiter
 from postroom.engine.turns import QueueSettings, TurnService
+from postroom.llm.tokenizer import TokenCounter
 from postroom.store.protocol import Store
 from postroom.store.sqlite import SqliteStore
 
@@ -149,7 +150,7 @@ class Services:
         api_token: str = "",
         providers: Collection[str] = BUILTIN_PROVIDERS,
     ) -> Services:
-        store = await SqliteStore.open(database)
+        store = await SqliteStore.open(database, count_tokens=TokenCounter().count)
         return cls.build(
             store,
             folders_dir=folders_dir,
