@@ -18,6 +18,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
+from postroom.core.access import AccessPolicy, DmPolicy, GroupPolicy
 from postroom.core.bounds import MAX_DURATION_S, check_count
 from postroom.core.durations import format_duration, parse_duration
 from postroom.core.errors import ConfigError
@@ -114,6 +115,34 @@ class AssistantConfig(_Section):
 
 class OwnersConfig(_Section):
     senders: tuple[str, ...] = ()
+
+
+def _jids(values: tuple[str, ...]) -> tuple[str, ...]:
+    for value in values:
+        platform, colon, room = value.partition(":")
+        if not colon or not platform or not room or any(c.isspace() for c in value):
+            raise ValueError(f"{value!r} is not a chat JID such as telegram:user/123")
+    return values
+
+
+class AccessConfig(_Section):
+    """ROUTING §8: who may talk to the agents."""
+
+    dm_policy: DmPolicy = DmPolicy.PAIRING
+    group_policy: GroupPolicy = GroupPolicy.ROUTES
+    pairing_ttl_s: PositiveDuration = Field(3600.0, alias="pairing_ttl")
+    max_pending: Count = 3
+    #: Chats told about each new pairing request.
+    notify: Annotated[tuple[str, ...], AfterValidator(_jids)] = ()
+
+    def policy(self) -> AccessPolicy:
+        return AccessPolicy(
+            dm_policy=self.dm_policy,
+            group_policy=self.group_policy,
+            pairing_ttl_s=self.pairing_ttl_s,
+            max_pending=self.max_pending,
+            notify=self.notify,
+        )
 
 
 class DefaultsConfig(_Section):
@@ -218,6 +247,7 @@ class Config(_Section):
     api: ApiConfig = ApiConfig()
     assistant: AssistantConfig = AssistantConfig()
     owners: OwnersConfig = OwnersConfig()
+    access: AccessConfig = AccessConfig()
     defaults: DefaultsConfig = DefaultsConfig()
     queue: QueueConfig = QueueConfig()
     delivery: DeliveryConfig = DeliveryConfig()

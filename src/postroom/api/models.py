@@ -41,6 +41,8 @@ class MessageIn(_Body):
     topic: str = Field("", max_length=255, description="The platform's native thread.")
     verb: str = "message"
     mentioned: StrictBool = False
+    #: A direct message (ROUTING §8: admission by dm_policy); false is group-like.
+    is_dm: StrictBool = False
     attachments: list[AttachmentIn] = Field(default_factory=list, max_length=32)
 
 

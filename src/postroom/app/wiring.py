@@ -120,6 +120,7 @@ def build_services(
         tick_s=config.scheduler.tick_s,
         api_token=config.api.token,
         providers=config.provider_names(),
+        access=config.access.policy(),
     )
 
 

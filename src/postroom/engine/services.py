@@ -11,9 +11,12 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
+from postroom.core.access import AccessPolicy
 from postroom.core.folder_settings import BUILTIN_PROVIDERS
 from postroom.core.folders import FolderDefaults
 from postroom.core.trigger import Trigger
+from postroom.engine.access import AccessService
+from postroom.engine.budgets import BudgetService
 from postroom.engine.catalog import Catalog
 from postroom.engine.clock import Clock, system_clock
 from postroom.engine.folders import FolderService
@@ -44,6 +47,8 @@ class Services:
     tasks: TaskService
     history: History
     tokens: TokenService
+    access: AccessService
+    budgets: BudgetService
     signals: Signals
     defaults: FolderDefaults
     queue: QueueSettings
@@ -66,12 +71,15 @@ class Services:
         tick_s: float = DEFAULT_TICK_S,
         api_token: str = "",
         providers: Collection[str] = BUILTIN_PROVIDERS,
+        access: AccessPolicy | None = None,
     ) -> Services:
-        """*providers*: the names a folder's ``provider`` may take (built-in and configured)."""
-        catalog = Catalog()
+        """*providers*: the names a folder's ``provider`` may take (built-in and configured).
+        *access*: the admission policies (ROUTING §8); *owners* are owner principals too."""
+        catalog = Catalog(owners=owners)
         signals = signals or Signals()
         queue = queue or QueueSettings()
-        router = Router(store=store, catalog=catalog, trigger=trigger, clock=clock)
+        access = access or AccessPolicy()
+        router = Router(store=store, catalog=catalog, trigger=trigger, clock=clock, access=access)
         folders = FolderService(
             store=store,
             catalog=catalog,
@@ -104,6 +112,10 @@ class Services:
             ),
             history=History(store=store),
             tokens=TokenService(store=store, clock=clock, owner_secret=api_token),
+            access=AccessService(
+                store=store, catalog=catalog, clock=clock, policy=access, signals=signals
+            ),
+            budgets=BudgetService(store=store),
             signals=signals,
             defaults=defaults,
             queue=queue,
@@ -126,6 +138,7 @@ class Services:
         tick_s: float = DEFAULT_TICK_S,
         api_token: str = "",
         providers: Collection[str] = BUILTIN_PROVIDERS,
+        access: AccessPolicy | None = None,
     ) -> Services:
         store = await SqliteStore.open(database)
         return cls.build(
@@ -141,6 +154,7 @@ class Services:
             tick_s=tick_s,
             api_token=api_token,
             providers=providers,
+            access=access,
         )
 
     async def close(self) -> None:

@@ -217,6 +217,11 @@ class MessageArgs(_Args):
         "a mention by itself.",
     )
     mentioned: bool = Field(False, description="The platform says the bot was mentioned.")
+    is_dm: bool = Field(
+        False,
+        description="A direct message to the bot (admitted by the access policy for direct "
+        "messages); false for a group or channel.",
+    )
     attachments: list[AttachmentArgs] = Field(
         default_factory=list, max_length=32, description="Files that came with the message."
     )

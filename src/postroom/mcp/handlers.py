@@ -72,6 +72,7 @@ def _inbound(args: MessageArgs, services: Services) -> InboundMessage:
         topic=args.topic,
         reply_to=args.reply_to,
         mentioned=args.mentioned,
+        is_dm=args.is_dm,
         message_id=args.id,
         sender_name=args.sender_name,
         timestamp=args.timestamp,

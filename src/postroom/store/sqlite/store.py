@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from postroom.store.protocol import StoreTx
+from postroom.store.sqlite.access import AccessStatements
 from postroom.store.sqlite.base import InlineConnection, ThreadedConnection
 from postroom.store.sqlite.catalog import CatalogStatements
 from postroom.store.sqlite.chats import ChatStatements
@@ -44,6 +45,7 @@ class SqliteTx(
     RunStatements,
     MemoryStatements,
     TokenStatements,
+    AccessStatements,
     StoreTx,
 ):
     """Every statement postroom runs, on the connection of one transaction."""
