@@ -83,6 +83,14 @@ class TaskIn(_Body):
     tz: str | None = None
 
 
+class PrincipalIn(_Body):
+    pattern: StrictStr = Field(
+        max_length=1024, description="A sender JID or glob, e.g. telegram:user/42 or telegram:*"
+    )
+    role: StrictStr = Field(description="owner, member or blocked")
+    note: StrictStr = Field("", max_length=1024)
+
+
 class TokenIn(_Body):
     name: str = Field(max_length=64, description="a-z, 0-9, - and _; not owner")
     scope: str = Field("read", description="read, routes or admin")
