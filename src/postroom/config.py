@@ -273,6 +273,13 @@ class Config(_Section):
         """The providers a folder may name: the built-in ones and every configured section."""
         return frozenset(BUILTIN_PROVIDERS) | frozenset(self.providers)
 
+    def model_overrides(self) -> dict[str, tuple[int, float | None, float | None]]:
+        """``[models."<name>"]``: context window and prices, for the engine's model table."""
+        return {
+            name: (m.context_window, m.input_per_mtok, m.output_per_mtok)
+            for name, m in self.models.items()
+        }
+
     def folder_defaults(self) -> FolderDefaults:
         return FolderDefaults(
             provider=self.defaults.provider,

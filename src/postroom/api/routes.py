@@ -31,6 +31,7 @@ from postroom.api.models import (
 from postroom.api.openapi import refusals
 from postroom.core.errors import InvalidInput
 from postroom.core.messages import Attachment, InboundMessage
+from postroom.engine.budgets import with_budget_warning
 from postroom.engine.folders import FolderSpec, folder_to_dict
 from postroom.engine.inbound import build_inbound
 from postroom.engine.preview import DEFAULT_PREVIEW, MAX_PREVIEW
@@ -221,7 +222,7 @@ def build_router(ctx: ApiContext) -> APIRouter:
         folder = await services.folders.add_folder(
             body.path, spec, actor=who.actor(SURFACE), within=who.folder
         )
-        return folder_to_dict(folder)
+        return await with_budget_warning(services.budgets, folder)
 
     @api.get("/folders/{path:path}", summary="One folder: its persona and every setting")
     async def get_folder(path: str, who: Principal = Caller) -> dict[str, Any]:
@@ -238,7 +239,7 @@ def build_router(ctx: ApiContext) -> APIRouter:
         folder = await services.folders.update(
             path, body, actor=who.actor(SURFACE), within=who.folder
         )
-        return folder_to_dict(folder)
+        return await with_budget_warning(services.budgets, folder)
 
     @api.delete("/folders/{path:path}", status_code=204, responses=refusals(409))
     async def delete_folder(path: str, who: Principal = Caller) -> Response:

@@ -121,6 +121,7 @@ def build_services(
         api_token=config.api.token,
         providers=config.provider_names(),
         access=config.access.policy(),
+        model_overrides=config.model_overrides(),
     )
 
 

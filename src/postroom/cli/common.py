@@ -146,6 +146,7 @@ async def services_for(cli: CliContext, *, require: bool = True) -> AsyncIterato
         tick_s=config.scheduler.tick_s,
         providers=config.provider_names(),
         access=config.access.policy(),
+        model_overrides=config.model_overrides(),
     )
     try:
         yield services

@@ -17,7 +17,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from postroom.core.folders import Folder, FolderDefaults, ancestors, effective_settings
-from postroom.llm.models import ModelTable
+from postroom.engine.folders import folder_to_dict
+from postroom.llm.models import ModelInfo, ModelTable
 from postroom.store.protocol import Store, StoreTx
 
 __all__ = [
@@ -25,10 +26,12 @@ __all__ = [
     "BudgetBreach",
     "BudgetService",
     "BudgetStatus",
+    "ModelOverrides",
     "budget_notice",
     "day_start",
     "find_breach",
     "unpriced_warning",
+    "with_budget_warning",
 ]
 
 #: A chat hears about a used budget at most this often (per folder).
@@ -139,11 +142,32 @@ def unpriced_warning(
     )
 
 
-class BudgetService:
-    """Spend against budget for the folders that set one (``postroom usage``, the API)."""
+#: ``[models."<name>"]`` of the configuration: context window, input and output price.
+ModelOverrides = Mapping[str, tuple[int, float | None, float | None]]
 
-    def __init__(self, *, store: Store) -> None:
+
+class BudgetService:
+    """Spend against budget for the folders that set one (``postroom usage``, the API), and
+    the warning for a budget that cannot work (an unpriced model)."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        defaults: FolderDefaults | None = None,
+        model_overrides: ModelOverrides | None = None,
+    ) -> None:
         self._store = store
+        self._defaults = defaults or FolderDefaults()
+        self._models = ModelTable(
+            {name: ModelInfo(*values) for name, values in (model_overrides or {}).items()}
+        )
+
+    async def warning(self, path: str) -> str | None:
+        """A sentence when *path* has a budget its runs cannot be measured against."""
+        async with self._store.read() as tx:
+            folders = {folder.path: folder for folder in await tx.list_folders()}
+        return unpriced_warning(path, folders, self._defaults, self._models)
 
     async def today(self, *, now: datetime) -> list[BudgetStatus]:
         since = day_start(now)
@@ -156,3 +180,13 @@ class BudgetService:
                 spent, unpriced = await tx.cost_since(folder.path, since)
                 out.append(BudgetStatus(folder.path, folder.budget_per_day, spent, unpriced))
         return out
+
+
+async def with_budget_warning(budgets: BudgetService, folder: Folder) -> dict[str, Any]:
+    """The public folder object of a write, with ``warnings`` when its budget cannot work."""
+    answer = folder_to_dict(folder)
+    if folder.budget_per_day is not None:
+        warning = await budgets.warning(folder.path)
+        if warning:
+            answer["warnings"] = [warning]
+    return answer

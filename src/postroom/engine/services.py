@@ -16,7 +16,7 @@ from postroom.core.folder_settings import BUILTIN_PROVIDERS
 from postroom.core.folders import FolderDefaults
 from postroom.core.trigger import Trigger
 from postroom.engine.access import AccessService
-from postroom.engine.budgets import BudgetService
+from postroom.engine.budgets import BudgetService, ModelOverrides
 from postroom.engine.catalog import Catalog
 from postroom.engine.clock import Clock, system_clock
 from postroom.engine.folders import FolderService
@@ -72,6 +72,7 @@ class Services:
         api_token: str = "",
         providers: Collection[str] = BUILTIN_PROVIDERS,
         access: AccessPolicy | None = None,
+        model_overrides: ModelOverrides | None = None,
     ) -> Services:
         """*providers*: the names a folder's ``provider`` may take (built-in and configured).
         *access*: the admission policies (ROUTING §8); *owners* are owner principals too."""
@@ -115,7 +116,7 @@ class Services:
             access=AccessService(
                 store=store, catalog=catalog, clock=clock, policy=access, signals=signals
             ),
-            budgets=BudgetService(store=store),
+            budgets=BudgetService(store=store, defaults=defaults, model_overrides=model_overrides),
             signals=signals,
             defaults=defaults,
             queue=queue,
@@ -139,6 +140,7 @@ class Services:
         api_token: str = "",
         providers: Collection[str] = BUILTIN_PROVIDERS,
         access: AccessPolicy | None = None,
+        model_overrides: ModelOverrides | None = None,
     ) -> Services:
         store = await SqliteStore.open(database)
         return cls.build(
@@ -155,6 +157,7 @@ class Services:
             api_token=api_token,
             providers=providers,
             access=access,
+            model_overrides=model_overrides,
         )
 
     async def close(self) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from postroom.core.messages import Attachment, InboundMessage
 from postroom.engine.access import pairing_to_dict, principal_to_dict
+from postroom.engine.budgets import with_budget_warning
 from postroom.engine.engagement import disengage
 from postroom.engine.folders import FolderSpec, folder_to_dict
 from postroom.engine.inbound import build_inbound
@@ -160,7 +161,7 @@ async def create_folder(
     folder = await services.folders.add_folder(
         args.path, spec, actor=who.actor(SURFACE), within=who.folder
     )
-    return folder_to_dict(folder)
+    return await with_budget_warning(services.budgets, folder)
 
 
 async def update_folder(
@@ -169,7 +170,7 @@ async def update_folder(
     folder = await services.folders.update(
         args.path, args.settings(), actor=who.actor(SURFACE), within=who.folder
     )
-    return folder_to_dict(folder)
+    return await with_budget_warning(services.budgets, folder)
 
 
 # -- the queue, runs, messages --------------------------------------------------------------
