@@ -135,7 +135,11 @@ async def open_pairing(
     )
     for chat in policy.notify:
         await post_notice(
-            tx, chat, announcement, clock=clock, metadata={"source": "pairing", "code": code}
+            tx,
+            chat,
+            announcement,
+            clock=clock,
+            metadata={"source": "pairing_request", "code": code},
         )
     log.info("pairing.requested", code=code, chat_jid=message.chat_jid, sender=message.sender)
     return request
