@@ -487,4 +487,13 @@ provider = "{provider}"
 [assistant]
 # name = "Postroom"     # "@Postroom ..." at the start of a message is a mention
 # aliases = ["ghost"]
+
+[access]
+# Who may talk to the agents. A stranger's direct message gets a one-time code to show you
+# (`postroom access pending`, `postroom access approve CODE`); groups are answered by their
+# routes. "allowlist" answers strangers nothing; "open" answers everyone (set budget_per_day
+# on the folder then).
+# dm_policy = "pairing"     # or "allowlist", "open"
+# group_policy = "routes"   # or "allowlist"
+# notify = []               # chats told about each pairing request, e.g. ["telegram:user/42"]
 {model_section}"""

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from postroom.config import load_config
 from postroom.core import Action, InboundMessage, Layer, MessageType, Trigger
 from postroom.core.access import AccessPolicy, DmPolicy, GroupPolicy, Role
-from postroom.core.errors import InvalidInput, NotFound
+from postroom.core.errors import ConfigError, InvalidInput, NotFound
 from postroom.core.folders import FolderDefaults
 from postroom.engine import FolderSpec, IngestLimits, Services
 from postroom.engine.turns import Priority
@@ -25,8 +26,6 @@ from support import inbound
 OWNER_CHAT = "telegram:user/1"
 STRANGER = "telegram:user/9"
 GROUP = "telegram:group/5"
-
-Opener = Callable[..., "AsyncIterator[Services]"]
 
 
 async def build(
@@ -429,3 +428,36 @@ async def test_a_budget_on_an_unpriced_model_is_answered_with_a_warning(
         assert await services.budgets.warning("main") is None  # no budget, nothing to say
     finally:
         await services.close()
+
+
+# ----------------------------------------------------------------------------- configuration
+
+
+def test_the_access_section_is_checked_where_it_is_written(tmp_path: Path) -> None:
+    config = load_config(
+        tmp_path,
+        {
+            "POSTROOM_ACCESS__DM_POLICY": "open",
+            "POSTROOM_ACCESS__NOTIFY": '["telegram:user/1"]',
+            "POSTROOM_ACCESS__PAIRING_TTL": "30m",
+        },
+    )
+    policy = config.access.policy()
+    assert (policy.dm_policy, policy.notify, policy.pairing_ttl_s) == (
+        DmPolicy.OPEN,
+        ("telegram:user/1",),
+        1800.0,
+    )
+    assert load_config(tmp_path, {}).access.policy() == AccessPolicy()
+    for key, value, words in (
+        ("DM_POLICY", "everyone", "access.dm_policy"),
+        ("GROUP_POLICY", "open", "access.group_policy"),
+        ("PAIRING_TTL", "0", "access.pairing_ttl"),
+        ("PAIRING_TTL", "9999h", "access.pairing_ttl"),
+        ("MAX_PENDING", "0", "access.max_pending"),
+        ("NOTIFY", '["not a jid"]', "access.notify"),
+        ("NOTIFI", "x", "notifi"),
+    ):
+        with pytest.raises(ConfigError) as raised:
+            load_config(tmp_path, {f"POSTROOM_ACCESS__{key}": value})
+        assert words in str(raised.value), str(raised.value)
