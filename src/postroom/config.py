@@ -488,7 +488,7 @@ provider = "{provider}"
 # name = "Postroom"     # "@Postroom ..." at the start of a message is a mention
 # aliases = ["ghost"]
 
-[access]
+# [access]
 # Who may talk to the agents. A stranger's direct message gets a one-time code to show you
 # (`postroom access pending`, `postroom access approve CODE`); groups are answered by their
 # routes. "allowlist" answers strangers nothing; "open" answers everyone (set budget_per_day
