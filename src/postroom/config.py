@@ -11,12 +11,21 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from postroom.core.access import AccessPolicy, DmPolicy, GroupPolicy
 from postroom.core.bounds import MAX_DURATION_S, check_count
@@ -75,6 +84,7 @@ CHANNEL_KEYS: Mapping[str, frozenset[str]] = {
 #: ``[channels.http.<platform>]``: an outbound webhook per platform.
 HTTP_PLATFORM_KEYS = frozenset({"outbound_url", "secret"})
 KNOWN_CHANNELS = (*CHANNEL_KEYS, "http")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 #: Durations and counts go through the bounds every surface shares (INTERFACES §1 Bounds).
@@ -174,12 +184,25 @@ class ObserveConfig(_Section):
 
 class ContextConfig(_Section):
     max_messages: Count = 200
+    #: Images of the newest this many user rows reach a vision model (MESSAGES §4).
+    max_images: Count = 4
+    #: A text file longer than this is inlined up to here.
+    max_file_chars: Count = 20000
+
+
+class SkillsConfig(_Section):
+    """How many of a folder's skills a run takes, within how many characters (MESSAGES §4)."""
+
+    max_per_run: Size = 3
+    max_chars: Count = 8000
 
 
 class LimitsConfig(_Section):
     content_bytes: Count = 65536
     body_bytes: Count = 1048576
     image_bytes: Count = 5242880
+    #: One attachment that is not an image (a PDF, a text file, a voice note).
+    file_bytes: Count = 20971520
 
 
 class SchedulerConfig(_Section):
@@ -232,12 +255,56 @@ class ProviderConfig(_Section):
     stream: bool = False
     timeout_s: Duration = Field(120.0, alias="timeout")
     delay_ms: Size = 0
+    #: ``kind = "cli"`` (PIPELINE §4): the agent command, ``{model}`` replaced by the model.
+    command: tuple[str, ...] | None = None
+    #: Environment variables of every run of the command.
+    env: dict[str, str] = Field(default_factory=dict)
+    #: One set of environment variables per account, rotated on a rate limit.
+    accounts: tuple[dict[str, str], ...] = ()
+    #: A regex: a failed run whose output matches it was rate-limited.
+    rate_limit_pattern: str | None = None
+    #: What goes to the command's stdin: the whole ``conversation``, or once it has answered
+    #: in the conversation's directory only what is ``new`` since (it keeps the rest itself).
+    input: Literal["conversation", "new"] | None = None
+
+    @model_validator(mode="after")
+    def _cli_keys(self) -> ProviderConfig:
+        cli_keys = [
+            key
+            for key, value in (
+                ("command", self.command),
+                ("env", self.env),
+                ("accounts", self.accounts),
+                ("rate_limit_pattern", self.rate_limit_pattern),
+                ("input", self.input),
+            )
+            if value
+        ]
+        if cli_keys and self.kind != "cli":
+            raise ValueError(f"{', '.join(cli_keys)} apply only to a provider of kind = 'cli'")
+        if self.command is not None and (not self.command or not self.command[0].strip()):
+            raise ValueError('command must name a program: a list such as ["claude", "--print"]')
+        for table in (self.env, *self.accounts):
+            for name in table:
+                if not _ENV_NAME.fullmatch(name):
+                    raise ValueError(f"{name!r} is not an environment variable name")
+        if self.rate_limit_pattern is not None:
+            try:
+                re.compile(self.rate_limit_pattern)
+            except re.error as exc:
+                raise ValueError(f"rate_limit_pattern is not a valid regex ({exc})") from None
+        return self
 
 
 class ModelConfig(_Section):
     """Overrides of postroom's model table: window and price (USD per million tokens)."""
 
-    context_window: Annotated[int, AfterValidator(functools.partial(check_count, minimum=256))]
+    #: Unset: the window postroom knows for the model (a conservative one when it knows none).
+    context_window: (
+        Annotated[int, AfterValidator(functools.partial(check_count, minimum=256))] | None
+    ) = None
+    #: Whether the model takes images (unset: what postroom knows of it).
+    vision: bool | None = None
     input_per_mtok: float | None = Field(None, ge=0, allow_inf_nan=False)
     output_per_mtok: float | None = Field(None, ge=0, allow_inf_nan=False)
 
@@ -253,6 +320,7 @@ class Config(_Section):
     delivery: DeliveryConfig = DeliveryConfig()
     observe: ObserveConfig = ObserveConfig()
     context: ContextConfig = ContextConfig()
+    skills: SkillsConfig = SkillsConfig()
     limits: LimitsConfig = LimitsConfig()
     scheduler: SchedulerConfig = SchedulerConfig()
     llm: LlmConfig = LlmConfig()
@@ -273,11 +341,16 @@ class Config(_Section):
         """The providers a folder may name: the built-in ones and every configured section."""
         return frozenset(BUILTIN_PROVIDERS) | frozenset(self.providers)
 
-    def model_overrides(self) -> dict[str, tuple[int, float | None, float | None]]:
-        """``[models."<name>"]``: context window and prices, for the engine's model table."""
+    def model_overrides(self) -> dict[str, dict[str, Any]]:
+        """``[models."<name>"]``: the keys each section sets (a price set to nothing included:
+        that model has no price), for the engine's model table."""
         return {
-            name: (m.context_window, m.input_per_mtok, m.output_per_mtok)
-            for name, m in self.models.items()
+            name: {
+                key: getattr(section, key)
+                for key in section.model_fields_set
+                if getattr(section, key) is not None or key.endswith("_per_mtok")
+            }
+            for name, section in self.models.items()
         }
 
     def folder_defaults(self) -> FolderDefaults:

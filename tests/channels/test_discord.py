@@ -321,6 +321,7 @@ async def test_images_voice_notes_and_files_become_attachments_within_the_cap(
     ogg = b"OggS" + b"\x00" * 60
     fake.files["cat.png"] = (png, "image/png")
     fake.files["voice-message.ogg"] = (ogg, "audio/ogg")
+    fake.files["report.pdf"] = (b"%PDF-1.7 report", "application/pdf")
     files = [
         attachment("cat.png", "image/png", len(png), fake.file_url("cat.png")),
         attachment("huge.png", "image/png", 10**7, fake.file_url("huge.png")),
@@ -334,7 +335,8 @@ async def test_images_voice_notes_and_files_become_attachments_within_the_cap(
     assert (image.kind, image.mime, image.url) == ("image", "image/png", fake.file_url("cat.png"))
     assert base64.b64decode(image.data) == png  # the CDN link expires; the bytes do not
     assert (huge.kind, huge.data, huge.url) == ("image", "", fake.file_url("huge.png"))
-    assert (pdf.kind, pdf.data) == ("file", "")
+    # A file is fetched within the file cap as well (for the model's document blocks).
+    assert (pdf.kind, base64.b64decode(pdf.data)) == ("file", b"%PDF-1.7 report")
 
     voice = attachment(
         "voice-message.ogg",

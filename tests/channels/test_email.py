@@ -257,7 +257,7 @@ async def test_images_and_voice_notes_come_inline_within_the_cap(
     assert (cat.kind, cat.mime, cat.name, cat.size) == ("image", "image/png", "cat.png", len(png))
     assert base64.b64decode(cat.data) == png
     assert (big.kind, big.size, big.data) == ("image", len(huge), "")  # over the 1 KiB cap
-    assert (pdf.kind, pdf.name, pdf.data) == ("file", "a.pdf", "")
+    assert (pdf.kind, pdf.name, base64.b64decode(pdf.data)) == ("file", "a.pdf", b"%PDF-1.4")
     assert image_mail.content == "look at this"
     (note,) = voice_mail.attachments
     assert (note.kind, note.mime) == ("voice", "audio/ogg")

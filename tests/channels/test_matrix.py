@@ -336,6 +336,7 @@ async def test_image_and_voice_are_fetched_within_the_cap(
         homeserver.media["cat"] = (b"\x89PNG small", "image/png")
         homeserver.media["big"] = (b"x" * 5000, "image/png")
         homeserver.media["note"] = (b"OggS voice", "audio/ogg")
+        homeserver.media["doc"] = (b"%PDF-1.7 minutes", "application/pdf")
         homeserver.post(
             GROUP,
             ALICE,
@@ -368,7 +369,18 @@ async def test_image_and_voice_are_fetched_within_the_cap(
                 "org.matrix.msc3245.voice": {},
             },
         )
-        image, big, voice = await h.next_message(3)
+        homeserver.post(
+            GROUP,
+            ALICE,
+            {
+                "msgtype": "m.file",
+                "body": "minutes.pdf",
+                "filename": "minutes.pdf",
+                "url": "mxc://fake.test/doc",
+                "info": {"mimetype": "application/pdf", "size": 16},
+            },
+        )
+        image, big, voice, document = await h.next_message(4)
         (attachment,) = image.attachments
         assert image.content == "look at this"  # a caption
         assert attachment.kind == "image"
@@ -380,6 +392,14 @@ async def test_image_and_voice_are_fetched_within_the_cap(
         assert voice.content == "[Voice message]"
         assert voice.attachments[0].kind == "voice"
         assert base64.b64decode(voice.attachments[0].data) == b"OggS voice"
+        # A file, within the file cap, comes with its bytes (a PDF reaches the model).
+        assert document.content == "[File: minutes.pdf]"
+        (pdf,) = document.attachments
+        assert (pdf.kind, pdf.mime, base64.b64decode(pdf.data)) == (
+            "file",
+            "application/pdf",
+            b"%PDF-1.7 minutes",
+        )
     finally:
         await channel.stop()
         await services.close()

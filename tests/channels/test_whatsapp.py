@@ -7,7 +7,7 @@ Ingest is the real engine over SQLite with a fake clock.
 
 from __future__ import annotations
 
-import base64
+import hashlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -222,6 +222,7 @@ async def test_images_and_voice_notes_are_fetched_with_the_token_within_the_cap(
     fake.media["IMG1"] = (png, "image/png")
     fake.media["AUD1"] = (ogg, "audio/ogg")
     fake.media["BIG1"] = (b"x" * 300, "image/jpeg")
+    fake.media["DOC1"] = (b"%PDF-1.7 q3", "application/pdf")
     fake.media_info["BIG2"] = {"url": fake.file_url("BIG1"), "mime_type": "image/jpeg"}
     fake.media_info["EVIL"] = {"url": "https://evil.example/steal.jpg", "file_size": 10}
     channel = build(section(fake.base_url))
@@ -253,37 +254,52 @@ async def test_images_and_voice_notes_are_fetched_with_the_token_within_the_cap(
             message("video", {"id": "VID1", "mime_type": "video/mp4"}, id="wamid.I8"),
             message("sticker", {"id": "STK1", "mime_type": "image/webp"}, id="wamid.I9"),
         )
+        stored = {m.id: m for m in await engine.user_messages(DM)}
+        assert fake.downloads == [f"Bearer {ACCESS_TOKEN}"] * 3
+        # What the turn's enrichment asks the adapter for, after the acknowledgement.
+        late = await channel.fetch_attachment("whatsapp-media:DOC1", cap_bytes=1000)
+        assert late == b"%PDF-1.7 q3"
+        assert await channel.fetch_attachment("whatsapp-media:DOC1", cap_bytes=5) is None
+        assert await channel.fetch_attachment("https://elsewhere.example/x", cap_bytes=99) is None
     finally:
         await channel.stop()
-    stored = {m.id: m for m in await engine.user_messages(DM)}
     assert len(stored) == 9
     image = stored["wamid.I1"]
     assert image.content == "my cat"
     (attachment,) = image.metadata["attachments"]
-    assert (attachment["kind"], attachment["mime"], base64.b64decode(attachment["data"])) == (
+    # The bytes are stored once, as a blob; the row keeps their hash.
+    assert (attachment["kind"], attachment["mime"], attachment["sha256"]) == (
         "image",
         "image/png",
-        png,
+        hashlib.sha256(png).hexdigest(),
     )
     voice = stored["wamid.I2"]
     assert voice.content == "[Voice message]"
     (clip,) = voice.metadata["attachments"]
-    assert (clip["kind"], clip["mime"], base64.b64decode(clip["data"])) == (
+    assert (clip["kind"], clip["mime"], clip["sha256"]) == (
         "voice",
         "audio/ogg",
-        ogg,
+        hashlib.sha256(ogg).hexdigest(),
     )
     assert not voice.metadata.get("transcribed")
     for key in ("wamid.I3", "wamid.I4", "wamid.I5", "wamid.I6"):
         assert stored[key].content == "[Image]"
-        assert stored[key].metadata["attachments"][0]["data"] == ""
+        assert "sha256" not in stored[key].metadata["attachments"][0]
     assert stored["wamid.I3"].metadata["attachments"][0]["size"] == 300
     assert stored["wamid.I7"].content == "[File: q3.pdf]"
     assert stored["wamid.I7"].metadata["whatsapp"]["media_id"] == "DOC1"
+    # A document is fetched after the acknowledgement, by the turn's enrichment.
+    (document,) = stored["wamid.I7"].metadata["attachments"]
+    assert (document["kind"], document["name"], document["fetch_url"]) == (
+        "file",
+        "q3.pdf",
+        "whatsapp-media:DOC1",
+    )
     assert stored["wamid.I8"].content == "[Video]"
     assert stored["wamid.I9"].content == "[Sticker]"
-    # Downloads: the image, the voice note and the cut-off one, each with the token.
-    assert fake.downloads == [f"Bearer {ACCESS_TOKEN}"] * 3
+    # Downloads: the image, the voice note and the cut-off one, then the document, each with
+    # the token.
+    assert fake.downloads == [f"Bearer {ACCESS_TOKEN}"] * 4
 
 
 async def test_other_kinds_become_words_and_reactions_are_likes(

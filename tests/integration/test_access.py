@@ -35,7 +35,7 @@ async def build(
     trace: Callable[[str], None] | None = None,
     owners: frozenset[str] = frozenset({OWNER_CHAT}),
     defaults: FolderDefaults | None = None,
-    overrides: dict[str, tuple[int, float | None, float | None]] | None = None,
+    overrides: dict[str, dict[str, float]] | None = None,
     **policy: object,
 ) -> Services:
     """An engine like ``serve``'s over ``tmp_path/postroom.db``, with ``main`` and the
@@ -413,7 +413,9 @@ async def test_under_budget_fires_and_other_folders_are_unaffected(
 async def test_a_budget_on_an_unpriced_model_is_answered_with_a_warning(
     tmp_path: Path, clock: FakeClock
 ) -> None:
-    services = await build(tmp_path, clock, overrides={"house-model": (8000, 0.5, 1.0)})
+    services = await build(
+        tmp_path, clock, overrides={"house-model": {"input_per_mtok": 0.5, "output_per_mtok": 1.0}}
+    )
     try:
         await services.folders.update(
             "main", {"budget_per_day": 3, "provider": "openai", "model": "my-model"}, actor="t"

@@ -23,7 +23,10 @@ from postroom.api.openapi import corrected_openapi
 from postroom.api.routes import ApiContext, build_router, ingest_body
 from postroom.core.errors import PostroomError
 
-__all__ = ["create_api"]
+__all__ = ["BLOB_PATH", "create_api"]
+
+#: Attachments: a web chat visitor's page fetches those of its chat without a token.
+BLOB_PATH = "/api/v1/blobs/"
 
 
 def create_api(
@@ -76,8 +79,12 @@ def create_api(
     # Middlewares run in the reverse order of adding: auth, then the body limit, then the JSON
     # check, then the ingest lane — an unauthenticated body is never buffered, an oversized one
     # never parsed.
-    app.add_middleware(IngestLane, ingest=functools.partial(ingest_body, ctx.services))
+    app.add_middleware(IngestLane, ingest=functools.partial(ingest_body, ctx))
     app.add_middleware(JsonBodies)
     app.add_middleware(BodyLimit, limit=body_limit)
-    app.add_middleware(BearerAuth, authenticate=ctx.services.tokens.authenticate)
+    app.add_middleware(
+        BearerAuth,
+        authenticate=ctx.services.tokens.authenticate,
+        session_paths=(BLOB_PATH,),
+    )
     return app

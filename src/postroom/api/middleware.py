@@ -142,15 +142,29 @@ class BearerAuth:
     """
 
     def __init__(
-        self, app: ASGIApp, *, authenticate: Callable[[str | None], Awaitable[Principal | None]]
+        self,
+        app: ASGIApp,
+        *,
+        authenticate: Callable[[str | None], Awaitable[Principal | None]],
+        session_paths: tuple[str, ...] = (),
     ) -> None:
         self._app = app
         self._authenticate = authenticate
+        #: Paths (prefixes) a request without any ``Authorization`` header may reach with no
+        #: principal: their handler checks a web chat visitor's session instead.
+        self._session_paths = session_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             path = scope["path"]
             mcp = path == "/mcp" or path.startswith("/mcp/")
+            if (
+                self._session_paths
+                and path.startswith(self._session_paths)
+                and not any(name == b"authorization" for name, _ in scope.get("headers", ()))
+            ):
+                await self._app(scope, receive, send)
+                return
             if mcp or path.startswith("/api/") or path == "/metrics":
                 principal = await self._authenticate(_bearer(scope))
                 if principal is None:

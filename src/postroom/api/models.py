@@ -75,6 +75,13 @@ class FolderIn(_Body):
         return self.model_dump(exclude={"path"}, exclude_none=True)
 
 
+class SkillIn(_Body):
+    name: StrictStr = Field(description="a-z, 0-9, '_' and '-'; its file is skills/<name>.md")
+    description: StrictStr = ""
+    keywords: list[StrictStr] = Field(default_factory=list, max_length=64)
+    body: StrictStr = Field("", description="The Markdown the model receives.")
+
+
 class TaskIn(_Body):
     folder: str
     chat_jid: str

@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Path, Query, Request
+from fastapi import APIRouter, Body, Depends, HTTPException, Path, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from postroom.api.middleware import PRINCIPAL
@@ -25,10 +25,13 @@ from postroom.api.models import (
     MessageIn,
     RouteIn,
     RouteRow,
+    SkillIn,
     TaskIn,
     TokenIn,
 )
 from postroom.api.openapi import refusals
+from postroom.api.uploads import Uploads
+from postroom.core.attachments import IMAGE_MIMES, Blob
 from postroom.core.errors import InvalidInput
 from postroom.core.messages import Attachment, InboundMessage
 from postroom.engine.budgets import with_budget_warning
@@ -37,6 +40,7 @@ from postroom.engine.inbound import build_inbound
 from postroom.engine.preview import DEFAULT_PREVIEW, MAX_PREVIEW
 from postroom.engine.services import Services
 from postroom.engine.signals import Event
+from postroom.engine.skills import skill_to_dict
 from postroom.engine.tasks import TaskService, task_to_dict
 from postroom.engine.tokens import OWNER, Principal, token_to_dict
 from postroom.engine.turns import job_to_dict
@@ -67,6 +71,11 @@ class ApiContext:
     provider_status: Callable[[], list[dict[str, Any]]] = list
     #: Each channel adapter's state, for ``GET /channels``.
     channel_status: Callable[[], list[dict[str, Any]]] = list
+    #: How ``POST /messages`` checks and fetches attachments.
+    uploads: Uploads = field(default_factory=Uploads)
+    #: The web chat visitor a request without a token comes from (``GET /blobs``): their
+    #: chat's JID for the page's *channel*, or ``None`` without a valid session.
+    visitor_chat: Callable[[Request, str], str | None] = lambda request, channel: None
 
 
 def inbound_from_body(body: MessageIn, *, clock: Callable[[], datetime]) -> InboundMessage:
@@ -87,10 +96,32 @@ def inbound_from_body(body: MessageIn, *, clock: Callable[[], datetime]) -> Inbo
     )
 
 
-async def ingest_body(services: Services, body: MessageIn) -> dict[str, Any]:
+async def ingest_body(ctx: ApiContext, body: MessageIn) -> dict[str, Any]:
     """``POST /api/v1/messages``: the answer to one inbound message."""
-    result = await services.ingest.ingest(inbound_from_body(body, clock=services.clock))
+    services = ctx.services
+    message = inbound_from_body(body, clock=services.clock)
+    if message.attachments:
+        message = replace(
+            message, attachments=tuple(await ctx.uploads.resolve(message.attachments))
+        )
+    result = await services.ingest.ingest(message)
     return result.to_dict()
+
+
+def blob_response(blob: Blob) -> Response:
+    """An attachment's bytes. Only images are served as their type; anything else is a
+    download of opaque bytes, so a file someone sent can never run as a page of this origin."""
+    image = blob.mime in IMAGE_MIMES
+    return Response(
+        blob.data,
+        media_type=blob.mime if image else "application/octet-stream",
+        headers={
+            "Cache-Control": "private, max-age=86400, immutable",
+            "Content-Disposition": "inline" if image else "attachment",
+            "Content-Security-Policy": "default-src 'none'; sandbox",
+            "X-Content-Type-Options": "nosniff",
+        },
+    )
 
 
 def caller(request: Request) -> Principal:
@@ -224,6 +255,43 @@ def build_router(ctx: ApiContext) -> APIRouter:
         )
         return await with_budget_warning(services.budgets, folder)
 
+    # -- skills (before the folder routes: {path:path} would take ".../skills") ---------------
+    @api.get("/folders/{path:path}/skills", summary="The skills a folder sees (own, inherited)")
+    async def list_skills(path: str, who: Principal = Caller) -> dict[str, Any]:
+        found = await services.skills.visible(path, within=who.folder)
+        return {"skills": [skill_to_dict(skill, origin) for skill, origin in found]}
+
+    @api.post("/folders/{path:path}/skills", status_code=201, responses=refusals(409))
+    async def add_skill(path: str, body: SkillIn, who: Principal = Caller) -> dict[str, Any]:
+        skill = await services.skills.add(
+            path, body.model_dump(), actor=who.actor(SURFACE), within=who.folder
+        )
+        return skill_to_dict(skill)
+
+    @api.get("/folders/{path:path}/skills/{name}", summary="One skill a folder sees")
+    async def get_skill(path: str, name: str, who: Principal = Caller) -> dict[str, Any]:
+        skill, origin = await services.skills.show(path, name, within=who.folder)
+        return skill_to_dict(skill, origin)
+
+    @api.patch("/folders/{path:path}/skills/{name}", summary="Change a skill's fields")
+    async def update_skill(
+        path: str,
+        name: str,
+        body: dict[str, Any] = Body(  # noqa: B008
+            ..., examples=[{"keywords": ["invoice", "billing"]}]
+        ),
+        who: Principal = Caller,
+    ) -> dict[str, Any]:
+        skill = await services.skills.update(
+            path, name, body, actor=who.actor(SURFACE), within=who.folder
+        )
+        return skill_to_dict(skill)
+
+    @api.delete("/folders/{path:path}/skills/{name}", status_code=204)
+    async def delete_skill(path: str, name: str, who: Principal = Caller) -> Response:
+        await services.skills.remove(path, name, actor=who.actor(SURFACE), within=who.folder)
+        return Response(status_code=204)
+
     @api.get("/folders/{path:path}", summary="One folder: its persona and every setting")
     async def get_folder(path: str, who: Principal = Caller) -> dict[str, Any]:
         return folder_to_dict(await services.folders.show(path, within=who.folder))
@@ -335,6 +403,24 @@ def build_router(ctx: ApiContext) -> APIRouter:
     @api.get("/channels", summary="Each channel adapter's state, last event and last error")
     async def list_channels() -> dict[str, Any]:
         return {"channels": ctx.channel_status()}
+
+    @api.get(
+        "/blobs/{sha256}",
+        summary="An attachment's bytes (a token, or the web chat session of a chat holding it)",
+        response_class=Response,
+        responses=refusals(404),
+    )
+    async def get_blob(
+        sha256: str, request: Request, channel: str = Query("main", max_length=64)
+    ) -> Response:
+        chat_jid: str | None = None
+        if request.scope.get(PRINCIPAL) is None:
+            # No token: BearerAuth let the request through for a visitor's session.
+            chat_jid = ctx.visitor_chat(request, channel)
+            if chat_jid is None:
+                raise HTTPException(401, "Missing or wrong bearer token.")
+        blob = await services.history.blob(sha256, chat_jid=chat_jid)
+        return blob_response(blob)
 
     @api.get("/drops")
     async def list_drops(limit: int = Query(100, ge=1, le=1000)) -> dict[str, Any]:

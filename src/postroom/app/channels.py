@@ -103,6 +103,13 @@ class ChannelHost:
     def status(self) -> list[dict[str, Any]]:
         return [channel.status().to_dict() for channel in self.channels]
 
+    async def fetch_attachment(self, chat_jid: str, url: str, cap_bytes: int) -> bytes | None:
+        """An attachment of a message in *chat_jid*, fetched by its platform's adapter."""
+        channel = self._by_platform.get(split_jid(chat_jid)[0])
+        if channel is None:
+            return None
+        return await channel.fetch_attachment(url, cap_bytes=cap_bytes)
+
     async def _relay_typing(self) -> None:
         subscription = self._signals.bus.subscribe(kinds=frozenset({"typing"}))
         try:

@@ -17,7 +17,7 @@ from typing import Any
 
 from postroom.app.channels import build_channels
 from postroom.app.detect import ECHO_HINT
-from postroom.app.providers import KEYLESS, build_provider, close_providers
+from postroom.app.providers import KEYLESS, SESSIONS_DIR, build_provider, close_providers
 from postroom.app.server_client import (
     SERVE_FILE,
     ServerUnavailable,
@@ -33,6 +33,7 @@ from postroom.core.target import parse_target
 from postroom.engine.catalog import Catalog
 from postroom.engine.clock import system_clock
 from postroom.engine.folders import FileProblem, FolderService
+from postroom.engine.skills import SkillProblem, SkillService
 from postroom.llm.accounts import AccountPool
 from postroom.llm.base import Provider
 from postroom.llm.local import install_hint
@@ -102,12 +103,15 @@ async def run_doctor(
             folders_dir=data_dir / "folders",
             providers=config.provider_names(),
         ).file_problems()
+        skill_files = await SkillService(
+            store=store, clock=system_clock, folders_dir=data_dir / "folders"
+        ).file_problems()
     finally:
         await store.close()
     version = len(available_migrations())
     add(Check("database", True, f"{database} (schema {version}), {len(folders)} folders"))
     add(_routes_check(routes, folders))
-    add(_agent_files_check(agent_files))
+    add(_agent_files_check(agent_files, skill_files))
     add(_bind_check(config))
     checks.extend(await _remote_checks(data_dir, config, folders, report, timeout_s))
     return checks
@@ -133,13 +137,13 @@ def _routes_check(routes: list[RouteRecord], folders: Mapping[str, Folder]) -> C
     return Check("routes", True, f"{len(routes)} routes, every target exists")
 
 
-def _agent_files_check(problems: list[FileProblem]) -> Check:
-    invalid = [p for p in problems if not p.pending]
+def _agent_files_check(problems: list[FileProblem], skills: list[SkillProblem]) -> Check:
+    invalid = [p.detail for p in problems if not p.pending] + [p.detail for p in skills]
     if invalid:
-        return Check("agent files", False, " ".join(p.detail for p in invalid))
+        return Check("agent files", False, " ".join(invalid))
     if problems:
         return Check("agent files", False, " ".join(p.detail for p in problems), warning=True)
-    return Check("agent files", True, "every AGENT.md agrees with its folder")
+    return Check("agent files", True, "every AGENT.md and skill file agrees with its folder")
 
 
 def _bind_check(config: Config) -> Check:
@@ -170,7 +174,7 @@ async def _remote_checks(
     timeout_s: float,
 ) -> list[Check]:
     """Providers, channels and the server, concurrently; results in a fixed order."""
-    providers, probes = _provider_probes(config, folders, timeout_s)
+    providers, probes = _provider_probes(config, folders, timeout_s, data_dir)
     channels, channel_probes = _channel_probes(config, timeout_s)
     probes.extend(channel_probes)
 
@@ -222,7 +226,7 @@ async def _run_all(probes: list[_Probe], report: Report) -> list[Check]:
 
 
 def _provider_probes(
-    config: Config, folders: Mapping[str, Folder], timeout_s: float
+    config: Config, folders: Mapping[str, Folder], timeout_s: float, data_dir: Path
 ) -> tuple[dict[str, Provider], list[_Probe]]:
     defaults = config.folder_defaults()
     used = {effective_settings(path, folders, defaults).provider for path in folders}
@@ -238,7 +242,13 @@ def _provider_probes(
             section = ProviderConfig()  # built without a section when used (no key to give)
         try:
             provider = (
-                build_provider(name, section, clock=system_clock, max_rest_s=config.llm.max_rest_s)
+                build_provider(
+                    name,
+                    section,
+                    clock=system_clock,
+                    max_rest_s=config.llm.max_rest_s,
+                    sessions_dir=data_dir / SESSIONS_DIR,
+                )
                 if section
                 else None
             )

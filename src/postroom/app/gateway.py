@@ -23,6 +23,7 @@ import structlog
 import uvicorn
 from fastapi import FastAPI
 
+from postroom.api.uploads import UrlFetcher
 from postroom.app.channels import ChannelHost, build_channels
 from postroom.app.metrics import PrometheusMetrics
 from postroom.app.providers import build_providers, close_providers
@@ -124,18 +125,26 @@ class Gateway:
         providers: Mapping[str, Provider] | None = None,
         channels: Sequence[BaseChannel] | None = None,
         store: Store | None = None,
+        fetcher: UrlFetcher | None = None,
     ) -> Gateway:
         """Build every component of ``postroom serve`` over *data_dir* from *config*.
 
         The keyword arguments are the seams tests fill with fakes: *clock* for "now"
         everywhere; *providers* (by name) instead of those ``[providers]`` configures;
         *channels* instead of the adapters ``[channels]`` enables; *store* instead of the
-        directory's database (an open store, closed with the gateway).
+        directory's database (an open store, closed with the gateway); *fetcher* for the
+        attachment URLs the API is sent.
         """
         store = store if store is not None else await open_store(data_dir)
         try:
             return await cls._assemble(
-                store, data_dir, config, clock=clock, providers=providers, channels=channels
+                store,
+                data_dir,
+                config,
+                clock=clock,
+                providers=providers,
+                channels=channels,
+                fetcher=fetcher,
             )
         except BaseException:
             await store.close()
@@ -151,6 +160,7 @@ class Gateway:
         clock: Clock,
         providers: Mapping[str, Provider] | None,
         channels: Sequence[BaseChannel] | None,
+        fetcher: UrlFetcher | None = None,
     ) -> Gateway:
         # What may refuse the configuration comes first, before anything holds a connection.
         adapters = list(channels) if channels is not None else build_channels(config)
@@ -162,17 +172,24 @@ class Gateway:
         # AGENT.md files edited while no server ran (and, once, every file an older postroom
         # wrote) are imported now; from here on each folder's file is checked before its turns.
         await services.folders.import_edits()
+        await services.skills.import_edits()
         if providers is not None:
             models = dict(providers)
         else:
             folders = services.catalog.snapshot.folders.values()
             used = {f.provider for f in folders if f.provider}
-            models = build_providers(config, clock=clock, used=used)
+            models = build_providers(config, clock=clock, used=used, data_dir=data_dir)
         sinks, webhooks = build_sinks(config)
         host = ChannelHost(adapters, signals=signals, sinks=sinks)
         voice = transcriber(config)
         http = build_http(
-            services, data_dir, config, providers=models, channels=host, metrics=metrics
+            services,
+            data_dir,
+            config,
+            providers=models,
+            channels=host,
+            metrics=metrics,
+            fetcher=fetcher,
         )
         mcp = _mcp_endpoint(services, config)
         if mcp is not None:
@@ -182,7 +199,13 @@ class Gateway:
             services=services,
             tasks=services.tasks,
             workers=build_workers(
-                services, data_dir, config, providers=models, transcribe=voice, metrics=metrics
+                services,
+                data_dir,
+                config,
+                providers=models,
+                transcribe=voice,
+                metrics=metrics,
+                fetch=host.fetch_attachment,
             ),
             delivery=delivery_loop(services, config, sinks=sinks, metrics=metrics),
             scheduler=Scheduler(
@@ -251,6 +274,7 @@ class Gateway:
                 clock=self.services.clock,
                 assistant_name=self.config.assistant.name,
                 image_bytes=self.config.limits.image_bytes,
+                file_bytes=self.config.limits.file_bytes,
             )
         )
         background: list[asyncio.Task[Any]] = [

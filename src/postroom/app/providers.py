@@ -4,7 +4,9 @@
 OpenAI-compatible server: ``kind = "openai"`` with its ``base_url``). Keys come from the file,
 ``POSTROOM_PROVIDERS__<NAME>__API_KEYS`` or the vendor variables (``ANTHROPIC_API_KEY``...).
 Adapters and their SDKs are imported only for the providers that are configured, so an install
-that uses one provider does not pay for loading the others at start-up.
+that uses one provider does not pay for loading the others at start-up. A provider of
+``kind = "cli"`` runs a command instead (:mod:`postroom.llm.cli`): each of its ``accounts`` — a
+set of environment variables — is an account of the pool.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -21,6 +24,7 @@ from postroom.core.errors import ConfigError, PostroomError
 from postroom.core.folder_settings import BUILTIN_PROVIDERS
 from postroom.llm.accounts import AccountPool
 from postroom.llm.base import Provider
+from postroom.llm.cli import DEFAULT_CLI_COMMAND, CliProvider
 from postroom.llm.echo import EchoProvider
 
 log = structlog.get_logger(__name__)
@@ -34,7 +38,9 @@ __all__ = [
     "close_providers",
 ]
 
-KINDS = BUILTIN_PROVIDERS
+KINDS = (*BUILTIN_PROVIDERS, "cli")
+#: Where command-line runners keep a working directory per conversation, in the data directory.
+SESSIONS_DIR = "sessions"
 #: Providers that need no key (one account, the local one).
 KEYLESS = frozenset({"ollama", "local", "echo"})
 
@@ -81,15 +87,22 @@ def _kwargs(name: str, kind: str, section: ProviderConfig) -> dict[str, Any]:
 
 
 def build_providers(
-    config: Config, *, clock: Callable[[], datetime], used: Collection[str] = ()
+    config: Config,
+    *,
+    clock: Callable[[], datetime],
+    used: Collection[str] = (),
+    data_dir: Path | None = None,
 ) -> dict[str, Provider]:
     """Every configured provider, by name; ``echo`` always exists. A provider that needs no
     key (``local``, ``ollama``) is also built without a section when the defaults or a folder
-    (*used*) name it."""
+    (*used*) name it. Command-line runners work in ``DIR/sessions`` of *data_dir*."""
     echo = config.providers.get("echo")
     providers: dict[str, Provider] = {"echo": EchoProvider(delay_ms=echo.delay_ms if echo else 0)}
+    sessions_dir = (data_dir or Path()) / SESSIONS_DIR
     for name, section in config.providers.items():
-        provider = build_provider(name, section, clock=clock, max_rest_s=config.llm.max_rest_s)
+        provider = build_provider(
+            name, section, clock=clock, max_rest_s=config.llm.max_rest_s, sessions_dir=sessions_dir
+        )
         if provider is not None:
             providers[name] = provider
     for name in sorted(({config.defaults.provider, *used} & KEYLESS) - set(config.providers)):
@@ -113,6 +126,7 @@ def build_provider(
     *,
     clock: Callable[[], datetime],
     max_rest_s: float,
+    sessions_dir: Path = Path(SESSIONS_DIR),
 ) -> Provider | None:
     """One ``[providers.<name>]`` behind its account pool; ``None`` for ``echo`` (built in) and
     for a provider named without keys (folders using it get a clear error per turn). No account
@@ -120,6 +134,8 @@ def build_provider(
     kind = section.kind or name
     if kind == "echo":
         return None
+    if kind == "cli":
+        return _cli_pool(name, section, clock=clock, max_rest_s=max_rest_s, sessions=sessions_dir)
     if kind not in KINDS:
         raise ConfigError(
             f"Provider {name!r} has no known kind; set kind to one of {', '.join(KINDS)}."
@@ -135,6 +151,33 @@ def build_provider(
         for index, key in enumerate(section.api_keys):
             label = account_label(name, index, key)
             accounts.append((label, factory(api_key=key, account=label, **kwargs)))
+    return AccountPool(name, accounts, clock=clock, max_rest_s=max_rest_s)
+
+
+def _cli_pool(
+    name: str,
+    section: ProviderConfig,
+    *,
+    clock: Callable[[], datetime],
+    max_rest_s: float,
+    sessions: Path,
+) -> AccountPool:
+    """A command-line runner: one account per set of variables in ``accounts`` (or one)."""
+    account_envs = section.accounts or ({},)
+    accounts: list[tuple[str, Provider]] = []
+    for index, variables in enumerate(account_envs):
+        label = f"{name}#{index + 1}" if section.accounts else name
+        runner = CliProvider(
+            name=name,
+            command=section.command or DEFAULT_CLI_COMMAND,
+            sessions_dir=sessions,
+            account=label,
+            env={**section.env, **variables},
+            default_model=section.model,
+            rate_limit_pattern=section.rate_limit_pattern,
+            input_mode=section.input or "conversation",
+        )
+        accounts.append((label, runner))
     return AccountPool(name, accounts, clock=clock, max_rest_s=max_rest_s)
 
 

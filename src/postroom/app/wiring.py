@@ -12,6 +12,7 @@ import secrets
 import socket
 import uuid
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,7 @@ from fastapi import FastAPI
 
 from postroom.api.app import create_api
 from postroom.api.routes import ApiContext
+from postroom.api.uploads import Uploads, UrlFetcher
 from postroom.app.channels import ChannelHost
 from postroom.app.detect import ECHO_HINT
 from postroom.app.metrics import PrometheusMetrics
@@ -27,16 +29,18 @@ from postroom.config import DATABASE_FILE, Config
 from postroom.core.errors import PostroomError
 from postroom.core.folders import FolderSettings
 from postroom.engine.answer import AnswerWriter
+from postroom.engine.attachments import AttachmentLimits
 from postroom.engine.clock import Clock
 from postroom.engine.compaction import CompactionSettings, Compactor
 from postroom.engine.context_builder import ContextBuilder, ContextSettings
 from postroom.engine.delivery import DeliveryLoop, DeliverySettings, SinkRouter
-from postroom.engine.enrich import Enricher, Transcribe
+from postroom.engine.enrich import Enricher, FetchAttachment, Transcribe
 from postroom.engine.ingest import IngestLimits
 from postroom.engine.memory import MemoryService
 from postroom.engine.runner import ProviderRunner
 from postroom.engine.services import Services
 from postroom.engine.signals import Signals
+from postroom.engine.skills import SkillLimits
 from postroom.engine.tools import ToolFactory
 from postroom.engine.turns import QueueSettings
 from postroom.engine.worker import WorkerPool
@@ -54,6 +58,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SECRET_FILE",
+    "attachment_limits",
     "build_http",
     "build_services",
     "build_sinks",
@@ -110,6 +115,7 @@ def build_services(
         defaults=config.folder_defaults(),
         limits=IngestLimits(
             content_bytes=config.limits.content_bytes,
+            attachments=attachment_limits(config),
             missing_notice_s=config.routing.missing_folder_notice_s,
         ),
         clock=clock,
@@ -122,6 +128,9 @@ def build_services(
         providers=config.provider_names(),
         access=config.access.policy(),
         model_overrides=config.model_overrides(),
+        skills=SkillLimits(
+            max_per_run=config.skills.max_per_run, max_chars=config.skills.max_chars
+        ),
     )
 
 
@@ -164,11 +173,24 @@ def build_sinks(config: Config) -> tuple[SinkRouter, WebhookSession | None]:
 
 
 def model_table(config: Config) -> ModelTable:
-    return ModelTable(
-        {
-            name: ModelInfo(m.context_window, m.input_per_mtok, m.output_per_mtok)
-            for name, m in config.models.items()
+    """The model table with ``[models."<name>"]`` applied: the keys a section sets replace
+    what postroom knows of that model, the others keep it."""
+    known = ModelTable()
+    overrides: dict[str, ModelInfo] = {}
+    for name, section in config.models.items():
+        base = known.info(name)
+        changes = {
+            key: getattr(section, key)
+            for key in section.model_fields_set
+            if getattr(section, key) is not None or key.endswith("_per_mtok")
         }
+        overrides[name] = replace(base, **changes)
+    return ModelTable(overrides)
+
+
+def attachment_limits(config: Config) -> AttachmentLimits:
+    return AttachmentLimits(
+        image_bytes=config.limits.image_bytes, file_bytes=config.limits.file_bytes
     )
 
 
@@ -186,6 +208,7 @@ def build_workers(
     providers: Mapping[str, Provider],
     transcribe: Transcribe | None,
     metrics: PrometheusMetrics,
+    fetch: FetchAttachment | None = None,
 ) -> WorkerPool:
     """The turn workers with everything a turn uses: the tool loop over the providers, the
     context (personas, memory, compaction, voice notes), the answer writer and the tools."""
@@ -219,12 +242,22 @@ def build_workers(
         clock=clock,
         settings=ContextSettings(
             max_messages=config.context.max_messages,
+            max_images=config.context.max_images,
+            max_file_chars=config.context.max_file_chars,
             observe_window_messages=config.observe.window_messages,
             observe_window_chars=config.observe.window_chars,
         ),
         memory=memory,
         compactor=compactor,
-        enricher=Enricher(store=store, transcribe=transcribe),
+        enricher=Enricher(
+            store=store,
+            transcribe=transcribe,
+            fetch=fetch,
+            limits=attachment_limits(config),
+            clock=clock,
+        ),
+        models=models,
+        skills=services.skills,
     )
     return WorkerPool(
         store=store,
@@ -314,8 +347,18 @@ def build_http(
     providers: Mapping[str, Provider],
     channels: ChannelHost,
     metrics: PrometheusMetrics,
+    fetcher: UrlFetcher | None = None,
 ) -> FastAPI:
-    """The HTTP side: the API, the web chat, the terminal UI's socket and the adapters' hooks."""
+    """The HTTP side: the API, the web chat, the terminal UI's socket and the adapters' hooks
+    (*fetcher*: how attachment URLs are downloaded)."""
+    web = WebChat(
+        services=services,
+        token=config.api.token,
+        secret=web_secret(data_dir),
+        assistant_name=config.assistant.name,
+        setup_hint=ECHO_HINT if config.defaults.provider == "echo" else None,
+        attachments=attachment_limits(config),
+    )
     http = create_api(
         ApiContext(
             services=services,
@@ -323,15 +366,11 @@ def build_http(
             render_metrics=metrics.render,
             provider_status=lambda: provider_status(providers),
             channel_status=channels.status,
+            uploads=Uploads(limits=attachment_limits(config), fetcher=fetcher or UrlFetcher()),
+            visitor_chat=web.visitor_chat,
         ),
+        # Attachments sent inline count towards the body; a larger file is sent by its URL.
         body_limit=config.limits.body_bytes,
-    )
-    web = WebChat(
-        services=services,
-        token=config.api.token,
-        secret=web_secret(data_dir),
-        assistant_name=config.assistant.name,
-        setup_hint=ECHO_HINT if config.defaults.provider == "echo" else None,
     )
     http.router.routes.extend(web.routes())
     http.router.routes.append(

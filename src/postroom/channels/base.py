@@ -92,6 +92,8 @@ class ChannelContext:
     clock: Callable[[], datetime]
     assistant_name: str = "Postroom"
     image_bytes: int = 5 * 1024 * 1024
+    #: Any other file an adapter fetches (a document, a PDF, a voice note) is at most this.
+    file_bytes: int = 20 * 1024 * 1024
     extras: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -179,6 +181,12 @@ class BaseChannel:
     async def check(self) -> str:
         """One cheap call proving the credentials work (``postroom doctor``)."""
         return await self.do_check()
+
+    async def fetch_attachment(self, url: str, *, cap_bytes: int) -> bytes | None:
+        """The bytes of an attachment the adapter left to fetch after the acknowledgement
+        (PIPELINE §1.4), or ``None`` (over *cap_bytes*, unreachable, or an adapter that fetches
+        everything as it arrives: this default)."""
+        return None
 
     # -- inbound -------------------------------------------------------------------------------
     @final

@@ -23,6 +23,7 @@ from rich.text import Text
 
 from postroom.config import CONFIG_FILE, DATABASE_FILE, Config, load_config
 from postroom.core.errors import PostroomError
+from postroom.engine.attachments import AttachmentLimits
 from postroom.engine.ingest import IngestLimits
 from postroom.engine.services import Services
 from postroom.engine.turns import QueueSettings
@@ -50,6 +51,12 @@ class _Console(Console):
     a table then prints in full, one row per line, for ``grep`` and friends (Rich would
     otherwise fold it to 80 columns, or to the width of a terminal on another stream)."""
 
+    def __init__(self, *, stderr: bool = False) -> None:
+        super().__init__(stderr=stderr, highlight=False, soft_wrap=True)
+        # Rich reads COLUMNS and LINES once, here; these consoles live as long as the process,
+        # so the size is read each time it is needed instead.
+        self._width = self._height = None
+
     @property
     def size(self) -> ConsoleDimensions:
         size = super().size
@@ -60,8 +67,8 @@ class _Console(Console):
         self._width, self._height = new_size
 
 
-stdout = _Console(highlight=False, soft_wrap=True)
-stderr = _Console(stderr=True, highlight=False, soft_wrap=True)
+stdout = _Console()
+stderr = _Console(stderr=True)
 
 
 def table(*headers: str, keep: tuple[str, ...] = ()) -> Table:
@@ -139,6 +146,9 @@ async def services_for(cli: CliContext, *, require: bool = True) -> AsyncIterato
         defaults=config.folder_defaults(),
         limits=IngestLimits(
             content_bytes=config.limits.content_bytes,
+            attachments=AttachmentLimits(
+                image_bytes=config.limits.image_bytes, file_bytes=config.limits.file_bytes
+            ),
             missing_notice_s=config.routing.missing_folder_notice_s,
         ),
         queue=QueueSettings(max_attempts=config.queue.max_attempts),

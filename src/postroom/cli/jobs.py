@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from collections.abc import Mapping
+from typing import Annotated, Any
 
 import typer
 from rich.text import Text
@@ -171,6 +172,19 @@ def cancel(
         stdout.print(f"Job {job.id} is cancelled.")
 
 
+def _sent_attachments(message: Mapping[str, Any]) -> list[str]:
+    """What a run sent of a message's files: ``image screen.png (sha256 ab12…)``."""
+    found = message.get("attachments")
+    if not isinstance(found, list):
+        return []
+    return [
+        f"{item.get('sent_as', 'file')} {item.get('name') or '(unnamed)'} "
+        f"({item.get('mime', '')}, sha256 {str(item.get('sha256', ''))[:12]})"
+        for item in found
+        if isinstance(item, dict)
+    ]
+
+
 @runs_app.command("show")
 def show(
     ctx: typer.Context,
@@ -198,12 +212,22 @@ def show(
     )
     if record.error:
         stdout.print(Text(f"error: {record.error}", style="red"))
+    if record.skills:
+        used = ", ".join(
+            f"{s.get('name')} ({s.get('score')}"
+            + (f", from {s['inherited_from']}" if s.get("inherited_from") else "")
+            + ")"
+            for s in record.skills
+        )
+        stdout.print(Text(f"skills: {used}"))
     stdout.print(Text("── system prompt ──", style="dim"))
     stdout.print(Text(record.system))
     stdout.print(Text(f"── messages ({len(record.messages)}) ──", style="dim"))
     for message in record.messages:
         role = message.get("role", "?")
         stdout.print(Text(f"[{role}] ", style="bold cyan") + Text(str(message.get("content", ""))))
+        for sent in _sent_attachments(message):
+            stdout.print(Text(f"  sent {sent}", style="magenta"))
     if record.tools:
         stdout.print(Text("── tools ──", style="dim"))
         stdout.print(Text(json.dumps(record.tools, ensure_ascii=False)))

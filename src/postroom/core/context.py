@@ -14,6 +14,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from postroom.core.attachments import (
+    AttachmentPolicy,
+    Blob,
+    MediaPart,
+    attachment_refs,
+    render_attachments,
+)
 from postroom.core.jid import split_jid
 from postroom.core.messages import CONTEXT_TYPES, MessageType, StoredMessage
 
@@ -22,6 +29,7 @@ __all__ = [
     "ContextMessage",
     "ToolCall",
     "arrange_history",
+    "attachment_hashes",
     "bridge_summary",
     "chat_kind",
     "format_messages_for_sdk",
@@ -62,9 +70,14 @@ class ContextMessage:
     tool_call_id: str | None = None
     tool_name: str | None = None
     is_error: bool = False
+    #: Images and documents sent beside the text (user messages only).
+    media: tuple[MediaPart, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.media:
+            # The run record names each file by its hash; the bytes stay in their blob.
+            out["attachments"] = [part.to_record() for part in self.media]
         if self.exit_code is not None:
             out["exit_code"] = self.exit_code
         if self.tool_calls:
@@ -151,14 +164,21 @@ def _answer_job(message: StoredMessage) -> int | None:
 
 
 def format_messages_for_sdk(
-    messages: Iterable[StoredMessage], *, multi_party: bool | None = None
+    messages: Iterable[StoredMessage],
+    *,
+    multi_party: bool | None = None,
+    blobs: Mapping[str, Blob] | None = None,
+    policy: AttachmentPolicy | None = None,
 ) -> list[ContextMessage]:
     """The message list of a run, from stored rows in ``seq`` order.
 
     Filters ``host`` and ``trace`` rows and commands. With *multi_party* (by default: when the
     rows hold more than one human sender, or observed lines, which always carry their names)
     every user row is prefixed ``[sender_name]``, the one that fires the turn included, so the
-    model can tell who asked (MESSAGES §5).
+    model can tell who asked (MESSAGES §5). A user row's attachments follow its text: media
+    parts for the images of the newest ``policy.max_images`` rows that carry some and for
+    documents, text files inlined, a placeholder line for the rest (see
+    :func:`~postroom.core.attachments.render_attachments`; *blobs* holds the bytes by hash).
     """
     rows = [
         m for m in messages if m.message_type in CONTEXT_TYPES and not m.metadata.get("command")
@@ -166,23 +186,35 @@ def format_messages_for_sdk(
     if multi_party is None:
         users = [m for m in rows if m.message_type is MessageType.USER]
         multi_party = any(m.observed for m in users) or len({m.sender for m in users}) > 1
+    policy = policy or AttachmentPolicy()
+    with_images = _rows_with_images(rows, policy.max_images)
     out: list[ContextMessage] = []
     observed: list[str] = []
+    observed_media: list[MediaPart] = []
 
     def flush() -> None:
         if observed:
-            out.append(ContextMessage("user", "\n".join(observed)))
+            out.append(ContextMessage("user", "\n".join(observed), media=tuple(observed_media)))
             observed.clear()
+            observed_media.clear()
 
-    for row in rows:
+    for index, row in enumerate(rows):
         kind = row.message_type
+        lines: list[str] = []
+        media: list[MediaPart] = []
+        if kind is MessageType.USER:
+            lines, media = render_attachments(
+                attachment_refs(row.metadata), blobs or {}, policy, images=index in with_images
+            )
         if kind is MessageType.USER and row.observed:
-            observed.append(f"[{_name(row)}] {row.content}")
+            observed.append("\n".join([f"[{_name(row)}] {row.content}", *lines]))
+            observed_media.extend(media)
             continue
         flush()
         if kind is MessageType.USER:
             text = str(row.metadata.get("routed_content") or row.content)
-            out.append(ContextMessage("user", f"[{_name(row)}] {text}" if multi_party else text))
+            text = "\n".join([f"[{_name(row)}] {text}" if multi_party else text, *lines])
+            out.append(ContextMessage("user", text, media=tuple(media)))
         elif kind is MessageType.ASSISTANT:
             out.append(ContextMessage("assistant", row.content))
         elif kind is MessageType.SYSTEM:
@@ -194,6 +226,42 @@ def format_messages_for_sdk(
             )
     flush()
     return out
+
+
+def _rows_with_images(rows: Sequence[StoredMessage], limit: int) -> set[int]:
+    """The indexes of the newest *limit* user rows that carry an image."""
+    found: set[int] = set()
+    for index in range(len(rows) - 1, -1, -1):
+        if len(found) >= limit:
+            break
+        row = rows[index]
+        if row.message_type is MessageType.USER and any(
+            ref.sha256 and ref.mime.startswith("image/") for ref in attachment_refs(row.metadata)
+        ):
+            found.add(index)
+    return found
+
+
+def attachment_hashes(messages: Sequence[StoredMessage], policy: AttachmentPolicy) -> set[str]:
+    """The blobs a context of *messages* may send: the images it would send, and every
+    other file (a picture it would only name is never read)."""
+    rows = [
+        m for m in messages if m.message_type in CONTEXT_TYPES and not m.metadata.get("command")
+    ]
+    with_images = _rows_with_images(rows, policy.max_images) if policy.vision else set()
+    wanted: set[str] = set()
+    for index, row in enumerate(rows):
+        if row.message_type is not MessageType.USER:
+            continue
+        for ref in attachment_refs(row.metadata):
+            image = ref.mime.startswith("image/")
+            if (
+                ref.sha256
+                and ref.kind not in ("voice", "audio")
+                and (not image or index in with_images)
+            ):
+                wanted.add(ref.sha256)
+    return wanted
 
 
 def _name(row: StoredMessage) -> str:
@@ -221,9 +289,11 @@ def render_system_prompt(
     memory: Sequence[str] = (),
     state: Sequence[str] = (),
     summary: str = "",
+    skills: Sequence[str] = (),
     notices: Sequence[str] = (),
 ) -> str:
-    """Persona, then memory, state and the compaction summary, then the notices (last)."""
+    """Persona, then memory, state, the compaction summary and the skills chosen for the run,
+    then the notices (last)."""
     parts = [persona.strip()] if persona.strip() else []
     if memory:
         parts.append("What you remember:\n" + "\n".join(f"- {fact}" for fact in memory))
@@ -231,6 +301,8 @@ def render_system_prompt(
         parts.append("State:\n" + "\n".join(f"- {entry}" for entry in state))
     if summary:
         parts.append("Summary of the earlier conversation:\n" + summary.strip())
+    if skills:
+        parts.append("Skills for this request:\n\n" + "\n\n".join(skills))
     if notices:
         parts.append("\n".join(notices))
     return "\n\n".join(parts)

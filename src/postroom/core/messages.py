@@ -111,6 +111,9 @@ class Attachment:
     size: int = 0
     url: str = ""
     data: str = ""
+    #: The adapter fetches ``url`` after the acknowledgement, before the turn runs (a slow
+    #: download that must not hold up a platform's webhook).
+    deferred: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -346,4 +346,5 @@ def _run_record(
         outcome="ok",
         started_at=job.started_at or now,
         finished_at=now,
+        skills=record["skills"],
     )

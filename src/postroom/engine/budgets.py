@@ -12,13 +12,13 @@ hour per folder.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from postroom.core.folders import Folder, FolderDefaults, ancestors, effective_settings
 from postroom.engine.folders import folder_to_dict
-from postroom.llm.models import ModelInfo, ModelTable
+from postroom.llm.models import ModelTable
 from postroom.store.protocol import Store, StoreTx
 
 __all__ = [
@@ -142,8 +142,8 @@ def unpriced_warning(
     )
 
 
-#: ``[models."<name>"]`` of the configuration: context window, input and output price.
-ModelOverrides = Mapping[str, tuple[int, float | None, float | None]]
+#: ``[models."<name>"]`` of the configuration: the keys each section sets.
+ModelOverrides = Mapping[str, Mapping[str, Any]]
 
 
 class BudgetService:
@@ -159,8 +159,12 @@ class BudgetService:
     ) -> None:
         self._store = store
         self._defaults = defaults or FolderDefaults()
+        known = ModelTable()
         self._models = ModelTable(
-            {name: ModelInfo(*values) for name, values in (model_overrides or {}).items()}
+            {
+                name: replace(known.info(name), **changes)
+                for name, changes in (model_overrides or {}).items()
+            }
         )
 
     async def warning(self, path: str) -> str | None:

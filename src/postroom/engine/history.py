@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from postroom.core.attachments import Blob
 from postroom.core.errors import Forbidden, NotFound
 from postroom.core.folders import is_within
 from postroom.core.messages import MessageType, StoredMessage
@@ -20,6 +22,8 @@ from postroom.store.records import (
 )
 
 __all__ = ["History"]
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class History:
@@ -102,6 +106,20 @@ class History:
             # A run outside the caller's tree is as good as missing: its id says nothing.
             raise NotFound(f"There is no run {run_id}.")
         return record
+
+    async def blob(self, sha256: str, *, chat_jid: str | None = None) -> Blob:
+        """An attachment's bytes; with *chat_jid* (a web visitor), only when a message of that
+        chat carries it — elsewhere it is as absent as a hash nobody stored."""
+        missing = NotFound(f"There is no attachment {sha256[:64]!r}.")
+        if not _SHA256.fullmatch(sha256):
+            raise missing
+        async with self._store.read() as tx:
+            if chat_jid is not None and not await tx.chat_holds_blob(chat_jid, sha256):
+                raise missing
+            found = (await tx.get_blobs([sha256])).get(sha256)
+        if found is None:
+            raise missing
+        return found
 
     async def usage(self, *, since: datetime | None = None) -> list[UsageRow]:
         async with self._store.read() as tx:

@@ -13,13 +13,15 @@ loop and the live feed are woken, and the chat's typing indicator starts.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC
 from typing import Any
 
 import structlog
 
 from postroom.core.access import Role
+from postroom.core.attachments import AttachmentRef
 from postroom.core.decision import Action, CommandKind, Decision, DropReason, Layer
 from postroom.core.display import display_text
 from postroom.core.errors import InvalidInput, TooLarge
@@ -28,6 +30,7 @@ from postroom.core.jid import parse_jid
 from postroom.core.messages import INTERNAL_SENDERS, InboundMessage, MessageType, Sender
 from postroom.core.steering import normalize_topic
 from postroom.engine.access import open_pairing
+from postroom.engine.attachments import AttachmentLimits, stored_attachments
 from postroom.engine.budgets import BUDGET_NOTICE_S, BudgetBreach, budget_notice, find_breach
 from postroom.engine.catalog import Catalog
 from postroom.engine.clock import Clock
@@ -53,6 +56,8 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 @dataclass(frozen=True, slots=True)
 class IngestLimits:
     content_bytes: int = 65536
+    #: One image's and one other file's size caps (PIPELINE §1.2).
+    attachments: AttachmentLimits = field(default_factory=AttachmentLimits)
     #: ROUTING §2.2: at most one "folder missing" notice per chat in this many seconds.
     missing_notice_s: float = 3600.0
 
@@ -148,6 +153,9 @@ class Ingestor:
             # PIPELINE §1: nothing to answer, so nothing is stored and no turn starts. (A
             # hypothetical message may be empty: explain() takes one.)
             raise InvalidInput("The message is empty: send some text or an attachment.")
+        refs, blobs = stored_attachments(
+            message.attachments, self._limits.attachments, strict=False
+        )
         effects = _Effects()
         async with self._store.write() as tx:
             prior = await tx.prior_outcome(message.id, message.chat_jid)
@@ -156,7 +164,11 @@ class Ingestor:
                     message.id, message.chat_jid, prior.seq, True, _duplicate(prior)
                 )
             decision = await self._router.decide(tx, message)
-            seq, decision = await self._apply(tx, message, decision, effects)
+            seq, decision = await self._apply(tx, message, decision, effects, refs)
+            if seq is not None and blobs:
+                await tx.insert_blobs(
+                    blobs, chat_jid=message.chat_jid, message_id=message.id, now=self._clock()
+                )
         self._after_commit(effects)
         self._metrics.message_in(decision.action.value, decision.layer.value)
         log.info(
@@ -188,7 +200,12 @@ class Ingestor:
         return self._catalog.snapshot.settings(folder, self._defaults)
 
     async def _apply(
-        self, tx: StoreTx, message: InboundMessage, decision: Decision, effects: _Effects
+        self,
+        tx: StoreTx,
+        message: InboundMessage,
+        decision: Decision,
+        effects: _Effects,
+        attachments: Sequence[AttachmentRef] = (),
     ) -> tuple[int | None, Decision]:
         """Store what the decision says; return the message's seq and the final decision."""
         now = self._clock()
@@ -243,7 +260,7 @@ class Ingestor:
                 effects.cancel.append(outcome.cancelled_job)
             if ack != decision.ack:
                 decision = replace(decision, ack=ack)
-        row = _stored_form(message, decision, conversation_id)
+        row = _stored_form(message, decision, conversation_id, attachments)
         seq = await tx.insert_message(row)
         if decision.action in (Action.FIRE, Action.OBSERVE) and decision.folder is not None:
             effects.outbox |= await self._mirror(tx, row, decision.folder)
@@ -370,12 +387,16 @@ def _duplicate(prior: PriorOutcome) -> Decision:
 
 
 def _stored_form(
-    message: InboundMessage, decision: Decision, conversation_id: int | None
+    message: InboundMessage,
+    decision: Decision,
+    conversation_id: int | None,
+    attachments: Sequence[AttachmentRef],
 ) -> NewMessage:
-    """The row for an inbound message: the original text, with routing recorded beside it."""
+    """The row for an inbound message: the original text, with routing recorded beside it
+    (attachments as references to their blobs)."""
     metadata: dict[str, Any] = dict(message.metadata)
-    if message.attachments:
-        metadata["attachments"] = [asdict(a) for a in message.attachments]
+    if attachments:
+        metadata["attachments"] = [a.to_dict() for a in attachments]
     if message.is_dm:
         metadata["is_dm"] = True
     if message.mentioned:

@@ -26,6 +26,7 @@ from postroom.engine.metrics import Metrics
 from postroom.engine.router import Router
 from postroom.engine.routes import RouteService
 from postroom.engine.signals import Signals
+from postroom.engine.skills import SkillLimits, SkillService
 from postroom.engine.tasks import DEFAULT_TICK_S, TaskService
 from postroom.engine.tokens import TokenService
 from postroom.engine.turns import QueueSettings, TurnService
@@ -49,6 +50,7 @@ class Services:
     tokens: TokenService
     access: AccessService
     budgets: BudgetService
+    skills: SkillService
     signals: Signals
     defaults: FolderDefaults
     queue: QueueSettings
@@ -73,9 +75,11 @@ class Services:
         providers: Collection[str] = BUILTIN_PROVIDERS,
         access: AccessPolicy | None = None,
         model_overrides: ModelOverrides | None = None,
+        skills: SkillLimits | None = None,
     ) -> Services:
-        """*providers*: the names a folder's ``provider`` may take (built-in and configured).
-        *access*: the admission policies (ROUTING §8); *owners* are owner principals too."""
+        """*providers*: the names a folder's ``provider`` may take (built-in and configured);
+        *skills*: how many skills a run takes, within how many characters; *access*: the
+        admission policies (ROUTING §8), and *owners* are owner principals too."""
         catalog = Catalog(owners=owners)
         signals = signals or Signals()
         queue = queue or QueueSettings()
@@ -117,6 +121,7 @@ class Services:
                 store=store, catalog=catalog, clock=clock, policy=access, signals=signals
             ),
             budgets=BudgetService(store=store, defaults=defaults, model_overrides=model_overrides),
+            skills=SkillService(store=store, clock=clock, folders_dir=folders_dir, limits=skills),
             signals=signals,
             defaults=defaults,
             queue=queue,

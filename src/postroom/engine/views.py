@@ -66,6 +66,7 @@ def run_to_dict(run: RunRecord) -> dict[str, Any]:
         "duration_ms": run.duration_ms,
         "outcome": run.outcome,
         "error": run.error,
+        "skills": run.skills,
         "started_at": run.started_at.isoformat(),
         "finished_at": run.finished_at.isoformat() if run.finished_at else None,
     }

@@ -345,7 +345,7 @@ class WorkerPool:
             steered.extend(refs)
             chats.extend(chat for chat in dict.fromkeys(c for _, c in refs) if chat not in chats)
             log.info("turn.steered", job_id=job.id, messages=len(refs))
-            return await self._context.steered(job, refs, prepared.senders)
+            return await self._context.steered(job, refs, prepared.senders, prepared.policy)
 
         return take
 
@@ -622,6 +622,7 @@ class WorkerPool:
                 error=error,
                 started_at=job.started_at or now,
                 finished_at=now,
+                skills=record["skills"],
             )
         )
 

@@ -10,6 +10,8 @@ How a :class:`ModelRequest` is sent:
 - consecutive messages of one role are merged into one message of several blocks (the API wants
   user and assistant to alternate), tool results first in their user message (the API requires
   them before any text);
+- a user message's images and PDFs become ``image`` and ``document`` blocks (base64 sources)
+  ahead of its text;
 - the first message must be the user's: leading assistant messages (a history that starts with an
   answer, e.g. after compaction) are dropped rather than faked into a user turn. Blank text is
   dropped too (the API refuses empty text blocks).
@@ -23,12 +25,16 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal, cast, get_args
 
 import anthropic
 import httpx2
 from anthropic.types import (
     AssistantMessageParam,
+    Base64ImageSourceParam,
+    Base64PDFSourceParam,
+    DocumentBlockParam,
+    ImageBlockParam,
     InputJSONDelta,
     MessageParam,
     RawContentBlockDeltaEvent,
@@ -57,12 +63,15 @@ from postroom.llm.base import (
     RateLimited,
     TextSink,
     ToolSpec,
+    base64_of,
     unreadable,
 )
 
 __all__ = ["AnthropicProvider"]
 
-_Block = TextBlockParam | ToolUseBlockParam | ToolResultBlockParam
+_Block = (
+    TextBlockParam | ToolUseBlockParam | ToolResultBlockParam | ImageBlockParam | DocumentBlockParam
+)
 
 # Error types the API reports in a body, and in a stream's ``error`` event (sent with HTTP 200).
 _LIMIT_TYPES = frozenset({"rate_limit_error", "overloaded_error"})
@@ -379,8 +388,47 @@ def _blocks(message: ContextMessage) -> tuple[str, list[_Block]]:
     elif role == "tool_result":
         text = f"[command output, exit {message.exit_code or 0}] {message.content}"
     else:
-        text = message.content
+        return "user", _user_blocks(message)
     return "user", [TextBlockParam(type="text", text=text)] if text.strip() else []
+
+
+def _user_blocks(message: ContextMessage) -> list[_Block]:
+    """A user message: its images and PDFs as base64 blocks, then its text (the API reads
+    pictures best before the question about them)."""
+    blocks: list[_Block] = []
+    for part in message.media:
+        if part.as_kind == "image":
+            blocks.append(
+                ImageBlockParam(
+                    type="image",
+                    source=Base64ImageSourceParam(
+                        type="base64", media_type=_image_type(part.mime), data=base64_of(part)
+                    ),
+                )
+            )
+        else:
+            blocks.append(
+                DocumentBlockParam(
+                    type="document",
+                    source=Base64PDFSourceParam(
+                        type="base64", media_type="application/pdf", data=base64_of(part)
+                    ),
+                )
+            )
+    if message.content.strip():
+        blocks.append(TextBlockParam(type="text", text=message.content))
+    return blocks
+
+
+_ImageType = Literal["image/jpeg", "image/png", "image/gif", "image/webp"]
+
+
+def _image_type(mime: str) -> _ImageType:
+    # Context building sends only these four as images (core.attachments.IMAGE_MIMES).
+    for known in get_args(_ImageType):
+        if mime == known:
+            return cast(_ImageType, known)
+    return "image/png"
 
 
 def _tools(tools: Sequence[ToolSpec]) -> list[ToolParam]:

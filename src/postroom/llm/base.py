@@ -12,10 +12,12 @@ adapter cannot read (a malformed body, a proxy's error page served as JSON) is o
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from postroom.core.attachments import MediaPart, placeholder
 from postroom.core.context import ContextMessage, ToolCall
 from postroom.core.errors import PostroomError
 
@@ -28,6 +30,8 @@ __all__ = [
     "RateLimited",
     "TextSink",
     "ToolSpec",
+    "base64_of",
+    "text_with_placeholders",
     "unreadable",
 ]
 
@@ -76,6 +80,19 @@ def unreadable(provider: str, label: str, exc: BaseException) -> ProviderError:
     return ProviderError(detail[:1000], public=f"{provider}'s answer could not be read")
 
 
+def text_with_placeholders(message: ContextMessage, *, sent: frozenset[str] = frozenset()) -> str:
+    """A message's text, with a line ``[attachment: …]`` for each of its media parts whose
+    kind (``image``, ``document``) the API is not sent (MESSAGES §4: the model knows it is
+    there)."""
+    lines = [placeholder(part.ref()) for part in message.media if part.as_kind not in sent]
+    return "\n".join([message.content, *lines]) if lines else message.content
+
+
+def base64_of(part: MediaPart) -> str:
+    """A media part's bytes as the base64 text every API's inline data takes."""
+    return base64.b64encode(part.data).decode("ascii")
+
+
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
     """A tool the model may call: its name, what it does, and a JSON Schema of its arguments."""
@@ -101,6 +118,11 @@ class ModelRequest:
     model: str | None = None
     tools: Sequence[ToolSpec] = ()
     max_tokens: int = 4096
+    #: The conversation the run belongs to: a command-line runner keeps its working directory
+    #: per conversation (``None`` for a call outside one, such as a summary).
+    conversation_id: int | None = None
+    #: The skills chosen for the run (already in ``system``), as the run record lists them.
+    skills: Sequence[Mapping[str, Any]] = ()
 
     def to_record(self) -> dict[str, Any]:
         return {
@@ -108,6 +130,7 @@ class ModelRequest:
             "messages": [m.to_dict() for m in self.messages],
             "model": self.model,
             "tools": [t.to_dict() for t in self.tools],
+            "skills": [dict(s) for s in self.skills],
         }
 
 

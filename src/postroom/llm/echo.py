@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from postroom.core.context import ContextMessage
-from postroom.llm.base import ModelRequest, ModelResponse, TextSink
+from postroom.llm.base import ModelRequest, ModelResponse, TextSink, text_with_placeholders
 
 __all__ = ["EchoProvider", "render_for_echo"]
 
@@ -19,7 +19,7 @@ def render_for_echo(message: ContextMessage) -> str:
         return f"[command output, exit {message.exit_code or 0}] {message.content}"
     if message.role == "tool":
         return f"[tool {message.tool_name or ''} result] {message.content}"
-    return message.content
+    return text_with_placeholders(message)
 
 
 class EchoProvider:

@@ -272,7 +272,12 @@ def _turn(message: ContextMessage, names: dict[str, str]) -> tuple[str, list[gen
     """One message's role and parts. *names* maps the ids of calls seen so far to functions."""
     text = [genai_types.Part(text=message.content)] if message.content.strip() else []
     if message.role == "user":
-        return "user", text
+        # Images and PDFs go inline, with their MIME type, ahead of the text.
+        media = [
+            genai_types.Part(inline_data=genai_types.Blob(mime_type=part.mime, data=part.data))
+            for part in message.media
+        ]
+        return "user", media + text
     if message.role == "assistant":
         calls = []
         for call in message.tool_calls:

@@ -28,7 +28,13 @@ from typing import Any
 
 from postroom.core.context import ContextMessage
 from postroom.core.errors import ConfigError
-from postroom.llm.base import ModelRequest, ModelResponse, ProviderError, TextSink
+from postroom.llm.base import (
+    ModelRequest,
+    ModelResponse,
+    ProviderError,
+    TextSink,
+    text_with_placeholders,
+)
 from postroom.llm.echo import render_for_echo
 
 __all__ = ["LocalProvider", "extra_install_command", "find_model_file", "install_hint"]
@@ -230,7 +236,7 @@ def _turn(message: ContextMessage) -> tuple[str, str]:
         calls: Sequence[str] = [f"[called {call.name}]" for call in message.tool_calls]
         return "assistant", "\n".join([message.content, *calls]).strip()
     if message.role == "user":
-        return "user", message.content
+        return "user", text_with_placeholders(message)
     if message.role in ("system", "tool_result", "tool"):
         return "user", render_for_echo(message)
     raise ValueError(f"a context message of unknown role {message.role!r}")

@@ -1,4 +1,6 @@
-"""What postroom knows about models: context window and price (USD per million tokens).
+"""What postroom knows about models: context window, price (USD per million tokens), and
+whether it takes images (``vision``: unknown models are assumed not to, so they get a line
+naming the picture instead of bytes they may refuse).
 
 Matched by the longest prefix of the model name; unknown models get a conservative window and
 no price (their runs cost ``None``, not a guess). ``[models."<name>"]`` in the configuration
@@ -18,6 +20,7 @@ class ModelInfo:
     context_window: int
     input_per_mtok: float | None = None
     output_per_mtok: float | None = None
+    vision: bool = True
 
     def cost(self, input_tokens: int, output_tokens: int) -> float | None:
         if self.input_per_mtok is None or self.output_per_mtok is None:
@@ -43,12 +46,21 @@ DEFAULT_MODELS: Mapping[str, ModelInfo] = {
     "gemini-2.5-pro": ModelInfo(1_048_576, 1.25, 10.0),
     "gemini-2.5-flash": ModelInfo(1_048_576, 0.3, 2.5),
     "gemini-2.0-flash": ModelInfo(1_048_576, 0.1, 0.4),
-    "llama3": ModelInfo(128_000, 0.0, 0.0),
-    "qwen": ModelInfo(32_768, 0.0, 0.0),
-    "smollm2": ModelInfo(8_192, 0.0, 0.0),
+    "llama3": ModelInfo(128_000, 0.0, 0.0, vision=False),
+    "llama3.2-vision": ModelInfo(128_000, 0.0, 0.0),
+    "llava": ModelInfo(4_096, 0.0, 0.0),
+    "gemma3": ModelInfo(128_000, 0.0, 0.0),
+    "qwen": ModelInfo(32_768, 0.0, 0.0, vision=False),
+    "qwen2.5vl": ModelInfo(32_768, 0.0, 0.0),
+    "smollm2": ModelInfo(8_192, 0.0, 0.0, vision=False),
     "echo": ModelInfo(32_000, 0.0, 0.0),
+    # A folder that names no model runs its provider's default, looked up by the provider's
+    # name: each of these defaults takes images.
+    "anthropic": ModelInfo(32_000),
+    "openai": ModelInfo(32_000),
+    "gemini": ModelInfo(32_000),
 }
-UNKNOWN = ModelInfo(32_000)
+UNKNOWN = ModelInfo(32_000, vision=False)
 
 
 class ModelTable:

@@ -40,6 +40,8 @@ from postroom.llm.base import (
     RateLimited,
     TextSink,
     ToolSpec,
+    base64_of,
+    text_with_placeholders,
 )
 from postroom.llm.echo import render_for_echo
 
@@ -254,8 +256,21 @@ def _messages(request: ModelRequest) -> list[dict[str, Any]]:
     return out
 
 
+_IMAGES = frozenset({"image"})
+
+
 def _message(message: ContextMessage, names: dict[str, str]) -> dict[str, Any]:
     """One message in Ollama's shape. *names* maps the ids of calls seen so far to tools."""
+    if message.role == "user" and message.media:
+        # Ollama takes images as base64 beside the text; it has no document input.
+        user: dict[str, Any] = {
+            "role": "user",
+            "content": text_with_placeholders(message, sent=_IMAGES),
+        }
+        images = [base64_of(part) for part in message.media if part.as_kind == "image"]
+        if images:
+            user["images"] = images
+        return user
     if message.role in ("user", "system"):
         return {"role": message.role, "content": message.content}
     if message.role == "tool_result":

@@ -10,6 +10,8 @@ How a :class:`ModelRequest` is sent:
 - an ``assistant`` message carries its ``tool_calls`` (arguments as JSON text); an in-run
   ``tool`` message becomes a ``tool`` message with its ``tool_call_id`` (the API has no error flag:
   a failed tool's content is prefixed ``[error]``);
+- a user message with attachments becomes content parts: its text, each image as an
+  ``image_url`` data URL, each PDF as a ``file`` part (OpenAI's own API only);
 - roles need not alternate here, so nothing is merged.
 
 SDK exceptions never leave this module: they become :class:`ProviderError` or
@@ -28,6 +30,9 @@ import openai
 from openai.types.chat import (
     ChatCompletionAssistantMessageParam,
     ChatCompletionChunk,
+    ChatCompletionContentPartImageParam,
+    ChatCompletionContentPartParam,
+    ChatCompletionContentPartTextParam,
     ChatCompletionFunctionToolParam,
     ChatCompletionMessageFunctionToolCall,
     ChatCompletionMessageFunctionToolCallParam,
@@ -36,6 +41,7 @@ from openai.types.chat import (
     ChatCompletionToolMessageParam,
     ChatCompletionUserMessageParam,
 )
+from openai.types.chat.chat_completion_content_part_param import File, FileFile
 
 from postroom.core.context import ContextMessage, ToolCall
 from postroom.core.durations import parse_retry_after
@@ -47,6 +53,8 @@ from postroom.llm.base import (
     RateLimited,
     TextSink,
     ToolSpec,
+    base64_of,
+    text_with_placeholders,
     unreadable,
 )
 
@@ -132,7 +140,7 @@ class OpenAIProvider:
     async def _complete_once(self, request: ModelRequest, model: str) -> ModelResponse:
         raw = await self._client.chat.completions.with_raw_response.create(
             model=model,
-            messages=_messages(request.system, request.messages),
+            messages=_messages(request.system, request.messages, documents=self.name == "openai"),
             tools=_tools(request.tools) or openai.omit,
             max_tokens=self._limit(request, "max_tokens"),
             max_completion_tokens=self._limit(request, "max_completion_tokens"),
@@ -172,7 +180,7 @@ class OpenAIProvider:
     ) -> ModelResponse:
         stream = await self._client.chat.completions.create(
             model=model,
-            messages=_messages(request.system, request.messages),
+            messages=_messages(request.system, request.messages, documents=self.name == "openai"),
             tools=_tools(request.tools) or openai.omit,
             max_tokens=self._limit(request, "max_tokens"),
             max_completion_tokens=self._limit(request, "max_completion_tokens"),
@@ -330,16 +338,20 @@ class _StreamedAnswer:
         )
 
 
-def _messages(system: str, messages: Sequence[ContextMessage]) -> list[ChatCompletionMessageParam]:
+def _messages(
+    system: str, messages: Sequence[ContextMessage], *, documents: bool
+) -> list[ChatCompletionMessageParam]:
+    """The request's messages; *documents*: PDFs go as file parts (OpenAI's own API; other
+    servers speaking its protocol get a line naming the file instead)."""
     out: list[ChatCompletionMessageParam] = []
     if system:
         out.append(ChatCompletionSystemMessageParam(role="system", content=system))
     for message in messages:
-        out.append(_message(message))
+        out.append(_message(message, documents))
     return out
 
 
-def _message(message: ContextMessage) -> ChatCompletionMessageParam:
+def _message(message: ContextMessage, documents: bool) -> ChatCompletionMessageParam:
     role = message.role
     if role == "assistant":
         if not message.tool_calls:
@@ -366,7 +378,33 @@ def _message(message: ContextMessage) -> ChatCompletionMessageParam:
     if role == "tool_result":
         text = f"[command output, exit {message.exit_code or 0}] {message.content}"
         return ChatCompletionUserMessageParam(role="user", content=text)
-    return ChatCompletionUserMessageParam(role="user", content=message.content)
+    if not message.media:
+        return ChatCompletionUserMessageParam(role="user", content=message.content)
+    return ChatCompletionUserMessageParam(role="user", content=_user_parts(message, documents))
+
+
+def _user_parts(message: ContextMessage, documents: bool) -> list[ChatCompletionContentPartParam]:
+    """A user message with attachments: its text (with a line for each file not sent), then
+    each image as a data URL, then each PDF as a file part when the API takes them."""
+    sent = frozenset({"image", "document"} if documents else {"image"})
+    parts: list[ChatCompletionContentPartParam] = [
+        ChatCompletionContentPartTextParam(
+            type="text", text=text_with_placeholders(message, sent=sent)
+        )
+    ]
+    for part in message.media:
+        url = f"data:{part.mime};base64,{base64_of(part)}"
+        if part.as_kind == "image":
+            parts.append(
+                ChatCompletionContentPartImageParam(type="image_url", image_url={"url": url})
+            )
+        elif documents:
+            parts.append(
+                File(
+                    type="file", file=FileFile(filename=part.name or "document.pdf", file_data=url)
+                )
+            )
+    return parts
 
 
 def _tools(tools: Sequence[ToolSpec]) -> list[ChatCompletionFunctionToolParam]:

@@ -15,9 +15,11 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from postroom.core.access import PairingState, Principal, Role
+from postroom.core.attachments import Blob
 from postroom.core.decision import ChatState, ReplyTarget
 from postroom.core.folders import Folder
 from postroom.core.messages import StoredMessage
+from postroom.core.skills import Skill
 from postroom.store.records import (
     CompactionRecord,
     ConversationRecord,
@@ -494,6 +496,35 @@ class StoreTx(Protocol):
     ) -> bool:
         """True (and remember *now*) when the chat was not told about the folder's budget for
         *interval_s*."""
+        ...
+
+    # -- skills (MESSAGES §4) ---------------------------------------------------------------------
+    async def list_skills(self, folders: Iterable[str] | None = None) -> list[Skill]:
+        """The skills of *folders* (of every folder when ``None``), by folder and name."""
+        ...
+
+    async def get_skill(self, folder: str, name: str) -> Skill | None: ...
+
+    async def put_skill(self, skill: Skill) -> None:
+        """Insert a skill, or replace the one of the same folder and name (keeping its
+        ``created_at``)."""
+        ...
+
+    async def delete_skill(self, folder: str, name: str) -> bool: ...
+
+    # -- blobs: attachment bytes, content-addressed ---------------------------------------------
+    async def insert_blobs(
+        self, blobs: Iterable[Blob], *, chat_jid: str, message_id: str, now: datetime
+    ) -> None:
+        """Store each blob once (by its SHA-256) and record that the message holds it."""
+        ...
+
+    async def get_blobs(self, hashes: Iterable[str]) -> dict[str, Blob]:
+        """The stored blobs among *hashes*, by hash."""
+        ...
+
+    async def chat_holds_blob(self, chat_jid: str, sha256: str) -> bool:
+        """Whether a message of *chat_jid* carries the blob (a visitor may fetch it)."""
         ...
 
 

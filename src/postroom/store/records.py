@@ -261,6 +261,8 @@ class RunRecord:
     id: int | None = None
     #: ``turn``, or the housekeeping call it was: ``memory_flush``, ``summary``.
     purpose: str = "turn"
+    #: The skills injected into the system prompt, with their scores (MESSAGES §4).
+    skills: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

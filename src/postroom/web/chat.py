@@ -29,9 +29,10 @@ from starlette.staticfiles import StaticFiles
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from postroom.core.display import shown_to_chat
-from postroom.core.errors import PostroomError
-from postroom.core.messages import InboundMessage
+from postroom.core.errors import InvalidInput, PostroomError
+from postroom.core.messages import Attachment, InboundMessage
 from postroom.core.signing import sign_value, token_matches, token_tag, verify_value
+from postroom.engine.attachments import AttachmentLimits, check_attachment
 from postroom.engine.notices import new_message_id
 from postroom.engine.services import Services
 from postroom.engine.signals import Event
@@ -48,6 +49,8 @@ PING_TIMEOUT_S = 75.0
 #: What a visitor's page may know of a message's metadata: a command output's exit code, that a
 #: row was a command (shown as one), the attachments they sent.
 _VISITOR_METADATA = ("exit_code", "command", "attachments")
+#: Files one message of the web chat may carry.
+MAX_FILES = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,8 +72,10 @@ class WebChat:
         secret: bytes,
         assistant_name: str,
         setup_hint: str | None = None,
+        attachments: AttachmentLimits | None = None,
     ) -> None:
         self._services = services
+        self._attachments = attachments or AttachmentLimits()
         self._setup_hint = setup_hint
         self._token = token
         self._secret = secret
@@ -87,6 +92,14 @@ class WebChat:
             Mount("/static", app=StaticFiles(directory=self._static_dir), name="static"),
         ]
 
+    def visitor_chat(self, request: Request, channel: str) -> str | None:
+        """The chat of the anonymous visitor whose signed cookie *request* carries, on the
+        page of *channel* (``GET /api/v1/blobs``: a visitor sees their own chat's files)."""
+        ident = verify_value(self._secret, request.cookies.get(VISITOR_COOKIE))
+        if ident is None or not _CHANNEL.fullmatch(channel):
+            return None
+        return f"web:{channel}/anon-{ident}"
+
     # -- the page --------------------------------------------------------------------------
     async def _page_response(self, request: Request) -> Response:
         channel = request.path_params.get("channel", "main")
@@ -95,7 +108,7 @@ class WebChat:
         response = Response(self._page, media_type="text/html; charset=utf-8")
         response.headers["Cache-Control"] = "no-store"
         response.headers["Content-Security-Policy"] = (
-            "default-src 'self'; connect-src 'self'; img-src 'self' data:; "
+            "default-src 'self'; connect-src 'self'; img-src 'self' data: blob:; "
             "style-src 'self'; script-src 'self'; frame-ancestors 'none'"
         )
         if verify_value(self._secret, request.cookies.get(VISITOR_COOKIE)) is None:
@@ -249,23 +262,22 @@ class WebChat:
 
     async def _send(self, websocket: WebSocket, visitor: _Visitor, frame: dict[str, Any]) -> None:
         client_id = frame.get("client_id")
-        text = frame.get("text")
-        if not isinstance(text, str) or not text.strip():
-            await websocket.send_json(
-                {"type": "error", "client_id": client_id, "error": "The message is empty."}
-            )
-            return
+        text = frame.get("text", "")
         services = self._services
-        message = InboundMessage(
-            id=new_message_id(),
-            chat_jid=visitor.chat_jid,
-            sender=visitor.sender,
-            content=text,
-            timestamp=services.clock(),
-            sender_name=visitor.name,
-            is_dm=True,
-        )
         try:
+            files = _files(frame.get("attachments"), self._attachments)
+            if not isinstance(text, str) or (not text.strip() and not files):
+                raise InvalidInput("The message is empty.")
+            message = InboundMessage(
+                id=new_message_id(),
+                chat_jid=visitor.chat_jid,
+                sender=visitor.sender,
+                content=text,
+                timestamp=services.clock(),
+                sender_name=visitor.name,
+                is_dm=True,
+                attachments=files,
+            )
             result = await services.ingest.ingest(message)
         except PostroomError as exc:
             await websocket.send_json({"type": "error", "client_id": client_id, "error": str(exc)})
@@ -277,6 +289,27 @@ class WebChat:
         await websocket.send_json(
             {"type": "accepted", "client_id": client_id, "id": result.id, "decision": decision}
         )
+
+
+def _files(raw: Any, limits: AttachmentLimits) -> tuple[Attachment, ...]:
+    """The files of a ``send`` frame (``[{name, mime, data}]``, data in base64), checked."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or len(raw) > MAX_FILES:
+        raise InvalidInput(f"Send at most {MAX_FILES} files with one message.")
+    files: list[Attachment] = []
+    for item in raw:
+        if not isinstance(item, dict) or not all(
+            isinstance(item.get(key, ""), str) for key in ("name", "mime", "data")
+        ):
+            raise InvalidInput("A file must be an object of name, mime and data (base64).")
+        mime = str(item.get("mime") or "application/octet-stream")
+        kind = "image" if mime.lower().startswith("image/") else "file"
+        name = str(item.get("name") or "")[:255]
+        files.append(
+            check_attachment(Attachment(kind, mime, name, data=str(item.get("data"))), limits)
+        )
+    return tuple(files)
 
 
 def _view(visitor: _Visitor, message: dict[str, Any]) -> dict[str, Any] | None:

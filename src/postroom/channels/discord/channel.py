@@ -326,7 +326,7 @@ class DiscordChannel(BaseChannel):
         return None
 
     async def _attachments(self, message: discord.Message) -> tuple[Attachment, ...]:
-        cap = self.context.image_bytes
+        cap, file_cap = self.context.image_bytes, self.context.file_bytes
         found: list[Attachment] = []
         for item in message.attachments:
             mime = _mime(item)
@@ -335,15 +335,15 @@ class DiscordChannel(BaseChannel):
             elif mime.startswith("image/"):
                 found.append(await self._fetched("image", item, mime, cap))
             else:
-                found.append(Attachment("file", mime, item.filename, item.size, url=item.url))
+                found.append(await self._fetched("file", item, mime, file_cap))
         return tuple(found)
 
     async def _fetched(
         self, kind: str, item: discord.Attachment, mime: str, cap: int
     ) -> Attachment:
-        """An image or voice note with its bytes inline (Discord's signed CDN links expire
-        within a day; the worker transcribes voice later), or only its link when it is over
-        the cap or cannot be fetched."""
+        """An image, voice note or file with its bytes inline (Discord's signed CDN links
+        expire within a day; the worker transcribes voice later), or only its link when it is
+        over the cap or cannot be fetched."""
         bare = Attachment(kind, mime, item.filename, item.size, url=item.url)
         if item.size > cap:
             return bare

@@ -192,6 +192,7 @@ class EmailChannel(BaseChannel):
                 bot_address=self._config.address,
                 allowed_senders=self._config.allowed_senders,
                 image_bytes=self.context.image_bytes,
+                file_bytes=self.context.file_bytes,
                 now=self.context.clock(),
             )
         except ValueError as exc:

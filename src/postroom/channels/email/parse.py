@@ -11,8 +11,9 @@
   metadata, not in the text.
 * **Trust**: with ``allowed_senders`` set, a From outside it makes the verb ``untrusted``; so does
   an ``Authentication-Results`` header saying ``dkim=fail`` or ``spf=fail``.
-* **Attachments**: images and audio within the size cap inline as base64 (audio as a ``voice``
-  note, with ``[Voice message]`` as the text when the mail has none); other files by name only.
+* **Attachments**: images and audio within the size cap, other files (a PDF, a text file)
+  within the file cap, inline as base64 (audio as a ``voice`` note, with ``[Voice message]`` as
+  the text when the mail has none); a file over its cap by name only.
 """
 
 from __future__ import annotations
@@ -200,7 +201,7 @@ def _text_of(message: EmailMessage) -> str:
     return strip_quoted(text)
 
 
-def _attachments(message: EmailMessage, cap_bytes: int) -> list[Attachment]:
+def _attachments(message: EmailMessage, cap_bytes: int, file_cap_bytes: int) -> list[Attachment]:
     found: list[Attachment] = []
     for part in message.iter_attachments():
         mime = part.get_content_type()
@@ -220,7 +221,16 @@ def _attachments(message: EmailMessage, cap_bytes: int) -> list[Attachment]:
                 )
             )
         else:
-            found.append(Attachment(kind="file", mime=mime, name=name, size=len(data)))
+            within = 0 < len(data) <= file_cap_bytes
+            found.append(
+                Attachment(
+                    kind="file",
+                    mime=mime,
+                    name=name,
+                    size=len(data),
+                    data=base64.b64encode(data).decode("ascii") if within else "",
+                )
+            )
     return found
 
 
@@ -231,6 +241,7 @@ def parse_email(
     allowed_senders: Sequence[str],
     image_bytes: int,
     now: datetime,
+    file_bytes: int = 0,
 ) -> tuple[InboundMessage, ThreadPoint]:
     """The message and what an answer to it needs. ``ValueError`` when it has no From address."""
     parsed = BytesParser(_class=EmailMessage, policy=policy.default).parsebytes(raw)
@@ -250,7 +261,7 @@ def parse_email(
     chat_jid = thread_jid(root)
     subject = str(parsed.get("Subject") or "").strip()
 
-    attachments = _attachments(parsed, image_bytes)
+    attachments = _attachments(parsed, image_bytes, file_bytes)
     text = _text_of(parsed)
     if not text and any(a.kind == "voice" and a.data for a in attachments):
         text = VOICE_PLACEHOLDER

@@ -358,6 +358,8 @@ class MatrixChannel(BaseChannel):
         data = b""
         if kind in ("image", "voice", "audio") and url:
             data = await self._download(url, self.context.image_bytes, size) or b""
+        elif kind == "file" and url:
+            data = await self._download(url, self.context.file_bytes, size) or b""
         attachment = Attachment(
             kind=kind,
             mime=mime,

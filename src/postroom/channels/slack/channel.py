@@ -117,6 +117,12 @@ class SlackChannel(BaseChannel):
     def bot(self) -> BotIdentity | None:
         return self._bot
 
+    async def fetch_attachment(self, url: str, *, cap_bytes: int) -> bytes | None:
+        """A file left for after the acknowledgement (see ``files``), with the bot token."""
+        if self._files is None:
+            return None
+        return await self._files.fetch(url, cap_bytes)
+
     # -- lifecycle ---------------------------------------------------------------------------
     async def do_start(self) -> None:
         self._session = aiohttp.ClientSession()
@@ -331,7 +337,9 @@ class SlackChannel(BaseChannel):
             name = await self._directory.name(message.user_id)
             if message.files and self._files is not None:
                 attachments = await self._files.attachments(
-                    message.files, cap_bytes=self.context.image_bytes
+                    message.files,
+                    cap_bytes=self.context.image_bytes,
+                    file_cap_bytes=self.context.file_bytes,
                 )
         metadata: dict[str, Any] = {
             "slack": {

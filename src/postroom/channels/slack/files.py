@@ -1,11 +1,11 @@
-"""Files attached to Slack messages, fetched before ingest.
-
-Slack's ``url_private`` needs the bot token, so postroom could not fetch it later: images
-(for vision models) and audio clips (kind ``voice``, transcribed after the acknowledgement when
-a transcriber is configured) are downloaded here within the size cap and kept inline as base64.
-The token is only ever sent to Slack's own hosts (or to the configured ``base_url``'s host).
-Downloads share the 3-second budget of an Events API request, so they have a short timeout; a
-file that cannot be fetched in time is kept as a reference without its data.
+"""Files attached to Slack messages, fetched by the adapter (``url_private`` needs the bot
+token): images (for vision models), audio clips (kind ``voice``, transcribed after the
+acknowledgement when a transcriber is configured) and other files (PDFs, text), each within its
+size cap, kept inline as base64 (ingest stores the bytes once, as a blob). The token is only
+ever sent to Slack's own hosts (or to the configured ``base_url``'s host).
+Downloads before ingest share the 3-second budget of an Events API request, so only pictures and
+audio are fetched then, with a short timeout; other files, and what could not be fetched in
+time, are fetched after the acknowledgement, before the turn runs (PIPELINE §1.4).
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ __all__ = ["VOICE_PLACEHOLDER", "FileFetcher", "content_with_files", "kind_of_fi
 log = structlog.get_logger(__name__)
 
 VOICE_PLACEHOLDER = "[Voice message]"
+#: How long a download after the acknowledgement may take (no webhook waits for it).
+LATE_TIMEOUT_S = 30.0
 
 
 def kind_of_file(file: Mapping[str, Any]) -> str:
@@ -56,8 +58,16 @@ class FileFetcher:
         return parts.scheme == "https" and (host == "slack.com" or host.endswith(".slack.com"))
 
     async def attachments(
-        self, files: Iterable[Mapping[str, Any]], *, cap_bytes: int
+        self,
+        files: Iterable[Mapping[str, Any]],
+        *,
+        cap_bytes: int,
+        file_cap_bytes: int | None = None,
     ) -> tuple[Attachment, ...]:
+        """Each file with its bytes when within its cap: *cap_bytes* for images and audio,
+        fetched now, within the request's budget; any other file (a PDF, a text file), and a
+        picture or clip that did not arrive in time, is left to :meth:`fetch` after the
+        acknowledgement (``deferred``), within *file_cap_bytes*."""
         out: list[Attachment] = []
         for file in files:
             kind = kind_of_file(file)
@@ -65,19 +75,43 @@ class FileFetcher:
             size = _int(file.get("size"))
             mime = str(file.get("mimetype") or "")
             name = str(file.get("name") or file.get("title") or "")
+            cap = (
+                cap_bytes
+                if kind in ("image", "voice") or file_cap_bytes is None
+                else file_cap_bytes
+            )
+            fetchable = bool(url) and size <= cap and self.trusted(url)
             data = ""
-            if kind in ("image", "voice") and url and size <= cap_bytes and self.trusted(url):
-                data = await self._download(url, cap_bytes)
-            out.append(Attachment(kind=kind, mime=mime, name=name, size=size, url=url, data=data))
+            if fetchable and kind in ("image", "voice"):
+                data = await self._download(url, cap, self._timeout_s)
+            out.append(
+                Attachment(
+                    kind=kind,
+                    mime=mime,
+                    name=name,
+                    size=size,
+                    url=url,
+                    data=data,
+                    deferred=fetchable and not data,
+                )
+            )
         return tuple(out)
 
-    async def _download(self, url: str, cap_bytes: int) -> str:
+    async def fetch(self, url: str, cap_bytes: int) -> bytes | None:
+        """A file's bytes after the acknowledgement, with a patient timeout; ``None`` when the
+        URL is not Slack's, the file is over the cap or cannot be had."""
+        if not self.trusted(url):
+            return None
+        data = await self._download(url, cap_bytes, LATE_TIMEOUT_S)
+        return base64.b64decode(data) if data else None
+
+    async def _download(self, url: str, cap_bytes: int, timeout_s: float) -> str:
         try:
             async with self._client.stream(
                 "GET",
                 url,
                 headers={"Authorization": f"Bearer {self._token}"},
-                timeout=self._timeout_s,
+                timeout=timeout_s,
                 follow_redirects=False,
             ) as response:
                 if response.status_code != 200:

@@ -253,7 +253,10 @@ class TelegramChannel(BaseChannel):
             self._remember_topic(inbound.chat_jid, int(inbound.topic))
         if not inbound.is_from_me:
             attachments = await fetch_attachments(
-                self._require_bot(), message, cap_bytes=self.context.image_bytes
+                self._require_bot(),
+                message,
+                cap_bytes=self.context.image_bytes,
+                file_cap_bytes=self.context.file_bytes,
             )
             if attachments:
                 inbound = replace(inbound, attachments=attachments)

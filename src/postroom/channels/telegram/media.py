@@ -1,9 +1,11 @@
-"""Voice notes and photos, fetched within the size cap and kept inline.
+"""Voice notes, photos and documents, fetched within the size caps and kept inline.
 
 Telegram's file URLs carry the bot token (``/file/bot<token>/<path>``), so a URL is never
 stored: the bytes are downloaded before the message is handed to ingest and stored as base64
 ``data``. A voice note becomes a ``voice`` attachment (postroom's worker transcribes it later
-when a transcriber is configured); a photo, its largest size within the cap, an ``image``.
+when a transcriber is configured); a photo, its largest size within the cap, an ``image``; a
+document (a PDF, a text file, a picture sent uncompressed) a ``file`` — or an ``image`` when it
+is one — within the file cap. Ingest stores the bytes once, as a blob.
 Anything over the cap, or a download that fails, leaves the attachment without data: the
 message itself is never held back by its media.
 """
@@ -24,9 +26,11 @@ log = structlog.get_logger(__name__)
 
 
 async def fetch_attachments(
-    bot: Bot, message: Message, *, cap_bytes: int
+    bot: Bot, message: Message, *, cap_bytes: int, file_cap_bytes: int | None = None
 ) -> tuple[Attachment, ...]:
-    """The message's voice note or photo as attachments with inline data (within the cap)."""
+    """The message's voice note, photo or document as attachments with inline data (within
+    *cap_bytes* for an image or a voice note, *file_cap_bytes* for a document)."""
+    file_cap = cap_bytes if file_cap_bytes is None else file_cap_bytes
     voice = message.voice or message.audio
     if voice is not None:
         mime = voice.mime_type or "audio/ogg"
@@ -40,6 +44,14 @@ async def fetch_attachments(
             return (Attachment(kind="image", mime="image/jpeg", size=size),)
         data, size = await _download(bot, photo.file_id, photo.file_size, cap_bytes)
         return (_attachment("image", "image/jpeg", "", size, data),)
+    document = message.document
+    if document is not None:
+        mime = document.mime_type or "application/octet-stream"
+        kind = "image" if mime.startswith("image/") else "file"
+        cap = cap_bytes if kind == "image" else file_cap
+        name = document.file_name or ""
+        data, size = await _download(bot, document.file_id, document.file_size, cap)
+        return (_attachment(kind, mime, name, size, data),)
     return ()
 
 

@@ -18,6 +18,7 @@ import contextlib
 import hmac
 import json
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -44,6 +45,11 @@ from postroom.engine.delivery import DeliveryFailed, OutgoingChunk, SendResult
 __all__ = ["WhatsAppChannel"]
 
 log = structlog.get_logger(__name__)
+
+#: How a document left for later names its media id (``fetch_attachment`` reads it back).
+_MEDIA_REF = "whatsapp-media:"
+#: How long a download after the acknowledgement may take (no webhook waits for it).
+LATE_TIMEOUT_S = 30.0
 
 #: Graph's codes for "too many messages" (app, account, throughput, spam, per-recipient pair).
 RATE_LIMIT_CODES = frozenset({4, 80007, 130429, 131048, 131056})
@@ -217,9 +223,14 @@ class WhatsAppChannel(BaseChannel):
         )
 
     async def _fetch(self, media: MediaRef) -> Attachment:
-        """The attachment of a message; images and voice notes inline when within the cap
-        (a voice note is transcribed after the acknowledgement, before its turn runs)."""
+        """The attachment of a message; images and voice notes inline when within the cap (a
+        voice note is transcribed after the acknowledgement, before its turn runs); a document
+        left for after the acknowledgement."""
         bare = Attachment(kind=media.kind, mime=media.mime, name=media.name)
+        if media.kind == "file" and media.media_id:
+            # A document may be large: it is fetched after the acknowledgement, before the
+            # turn runs, so the webhook is answered at once (PIPELINE §1.4).
+            return replace(bare, url=f"{_MEDIA_REF}{media.media_id}", deferred=True)
         if media.kind not in ("image", "voice") or not media.media_id:
             return bare
         try:
@@ -240,6 +251,20 @@ class WhatsAppChannel(BaseChannel):
         return Attachment(
             kind=media.kind, mime=mime, name=media.name, size=len(file.data), data=data
         )
+
+    async def fetch_attachment(self, url: str, *, cap_bytes: int) -> bytes | None:
+        """A document left for after the acknowledgement: its media id, looked up and
+        downloaded with the access token (Graph keeps media for 30 days)."""
+        if not url.startswith(_MEDIA_REF):
+            return None
+        try:
+            file = await self.graph.media(
+                url.removeprefix(_MEDIA_REF), cap_bytes=cap_bytes, timeout_s=LATE_TIMEOUT_S
+            )
+        except (GraphError, httpx.HTTPError) as exc:
+            log.warning("whatsapp.media_unavailable", media=url, error=str(exc))
+            return None
+        return file.data
 
     # -- outbound ------------------------------------------------------------------------------
     async def do_send(self, chunk: OutgoingChunk, text: str, style: str) -> SendResult:

@@ -13,6 +13,8 @@ process's lock, WAL checkpoints that sync the file — runs on a worker thread
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import hashlib
 import sqlite3
 import time
@@ -24,7 +26,15 @@ import aiosqlite
 
 from postroom.core.errors import InvalidInput
 
-__all__ = ["Connection", "InlineConnection", "Statements", "ThreadedConnection", "sha256"]
+__all__ = [
+    "Connection",
+    "InlineConnection",
+    "Statements",
+    "ThreadedConnection",
+    "base64_bytes",
+    "sha256",
+    "sha256_hex",
+]
 
 BUSY_TIMEOUT_MS = 10_000
 
@@ -59,6 +69,22 @@ def sha256(text: str | None) -> bytes | None:
     return None if text is None else hashlib.sha256(text.encode("utf-8")).digest()
 
 
+def sha256_hex(data: bytes | None) -> str | None:
+    """The hex SHA-256 of *data*: how a blob (an attachment's bytes) is addressed."""
+    return None if data is None else hashlib.sha256(data).hexdigest()
+
+
+def base64_bytes(text: str | None) -> bytes | None:
+    """*text* decoded from base64, or ``None`` when it is empty or not base64 (a migration
+    moving inline attachment data out of metadata keeps such an entry without its bytes)."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return base64.b64decode(text, validate=True) or None
+    except (binascii.Error, ValueError):
+        return None
+
+
 class ThreadedConnection:
     """An aiosqlite connection: every statement on its worker thread."""
 
@@ -73,6 +99,8 @@ class ThreadedConnection:
             await conn.execute(pragma)
         # Migrations that content-address stored text call it (SQLite has no hash function).
         await conn.create_function("sha256", 1, sha256, deterministic=True)
+        await conn.create_function("sha256_hex", 1, sha256_hex, deterministic=True)
+        await conn.create_function("base64_bytes", 1, base64_bytes, deterministic=True)
         return cls(conn)
 
     async def fetchall(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:

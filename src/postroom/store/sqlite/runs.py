@@ -14,7 +14,7 @@ __all__ = ["RunStatements"]
 
 _RUN_COLUMNS = (
     "id, job_id, folder, conversation_id, provider, model, account, parts, output_raw, output, "
-    "usage, cost, duration_ms, outcome, error, started_at, finished_at, purpose"
+    "usage, cost, duration_ms, outcome, error, started_at, finished_at, purpose, skills"
 )
 #: Hashes looked up in one statement (SQLite allows 32,766 parameters; stay well below).
 _LOOKUP_BATCH = 500
@@ -35,8 +35,8 @@ class RunStatements(Statements):
         row = await self._one(
             "INSERT INTO runs (job_id, folder, conversation_id, provider, model, account, parts, "
             "output_raw, output, usage, cost, duration_ms, outcome, error, started_at, "
-            "finished_at, purpose) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            "finished_at, purpose, skills) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
             (
                 run.job_id,
                 run.folder,
@@ -55,6 +55,7 @@ class RunStatements(Statements):
                 to_iso(run.started_at),
                 None if run.finished_at is None else to_iso(run.finished_at),
                 run.purpose,
+                dump_json(run.skills) if run.skills else None,
             ),
         )
         return int(row[0])
@@ -90,6 +91,7 @@ class RunStatements(Statements):
             started_at=from_iso(row[15]),
             finished_at=from_iso(row[16]) if row[16] else None,
             purpose=row[17],
+            skills=load_json(row[18]) or [],
         )
 
     async def list_runs(self, *, folder: str | None, limit: int) -> list[RunSummary]:

@@ -19,6 +19,7 @@ from pathlib import Path
 from postroom.store.protocol import StoreTx
 from postroom.store.sqlite.access import AccessStatements
 from postroom.store.sqlite.base import InlineConnection, ThreadedConnection
+from postroom.store.sqlite.blobs import BlobStatements
 from postroom.store.sqlite.catalog import CatalogStatements
 from postroom.store.sqlite.chats import ChatStatements
 from postroom.store.sqlite.memory import MemoryStatements
@@ -27,6 +28,7 @@ from postroom.store.sqlite.migrate import apply_migrations
 from postroom.store.sqlite.outbox import OutboxStatements
 from postroom.store.sqlite.queue import QueueStatements
 from postroom.store.sqlite.runs import RunStatements
+from postroom.store.sqlite.skills import SkillStatements
 from postroom.store.sqlite.tokens import TokenStatements
 from postroom.store.sqlite.wal import Checkpoint, WalKeeper, WalLimits
 
@@ -46,6 +48,8 @@ class SqliteTx(
     MemoryStatements,
     TokenStatements,
     AccessStatements,
+    SkillStatements,
+    BlobStatements,
     StoreTx,
 ):
     """Every statement postroom runs, on the connection of one transaction."""

@@ -434,6 +434,7 @@
     const text = h('div', { class: 'text' });
     linkifyInto(text, String(m.content || ''));
     text.append(stampEl(m, date));
+    const files = attachmentsOf(m);
     let head = null;
     if (!own || state.operator) {
       head = h('div', { class: `msg-head${own ? '' : ' indent'}` },
@@ -447,7 +448,13 @@
       head,
       h('div', { class: 'row' },
         own ? null : personAvatar(name),
-        h('div', { class: 'row-body' }, replyQuote(m), h('div', { class: 'bubble' }, text))));
+        h('div', { class: 'row-body' }, replyQuote(m), h('div', { class: 'bubble' }, files, text))));
+  }
+
+  /** A message's pictures and files (attachments.js), read with this page's credentials. */
+  function attachmentsOf(m) {
+    const files = window.PostroomAttachments;
+    return files ? files.render(m, { token: state.token, channel: state.channel }) : null;
   }
 
   function renderAssistant(m, date) {
@@ -931,8 +938,12 @@
       const text = h('div', { class: 'text' });
       linkifyInto(text, p.text);
       text.append(h('span', { class: 'stamp' }, h('span', { class: 'pending-label', text: 'sending…' })));
+      const previews = (p.previews || []).map((f) => (f.url
+        ? h('img', { class: 'pending-image', src: f.url, alt: f.name || 'picture' })
+        : h('span', { class: 'attach-name', text: f.name || 'file' })));
+      const files = previews.length ? h('div', { class: 'attachments' }, ...previews) : null;
       node = h('div', { class: 'msg user out pending' },
-        h('div', { class: 'row' }, h('div', { class: 'row-body' }, h('div', { class: 'bubble' }, text))));
+        h('div', { class: 'row' }, h('div', { class: 'row-body' }, h('div', { class: 'bubble' }, files, text))));
     }
     node.dataset.testid = 'pending';
     node.dataset.clientId = p.id;
@@ -990,7 +1001,9 @@
     const ws = state.ws;
     if (!ws || !state.open) return false;
     try {
-      ws.send(JSON.stringify({ type: 'send', client_id: p.id, text: p.text }));
+      const frame = { type: 'send', client_id: p.id, text: p.text };
+      if (p.attachments && p.attachments.length) frame.attachments = p.attachments;
+      ws.send(JSON.stringify(frame));
     } catch {
       return false;
     }
@@ -999,15 +1012,26 @@
     return true;
   }
 
-  function send() {
+  async function send() {
     const text = els.composer.value;
-    if (!text.trim() || !state.open) return;
+    const picker = state.picker;
+    const withFiles = !!picker && picker.count() > 0;
+    if ((!text.trim() && !withFiles) || !state.open) return;
     const bytes = utf8Length(text);
     if (bytes > CONTENT_LIMIT) {
       showError(`This message is too long: ${fmtInt(bytes)} bytes, the limit is ${fmtInt(CONTENT_LIMIT)}.`);
       return;
     }
     const p = { id: `c${++state.clientSeq}`, text, storedId: null, el: null, timer: null, inflight: false, failed: false };
+    if (withFiles) {
+      try {
+        p.attachments = await picker.files();
+      } catch {
+        showError('A file could not be read; remove it and try again.');
+        return;
+      }
+      p.previews = picker.previews();
+    }
     p.el = renderPending(p);
     if (!transmit(p)) {
       showError('Not connected. Your message was kept; it can be sent once the connection is back.');
@@ -1016,6 +1040,7 @@
     hideError();
     state.pending.set(p.id, p);
     els.outbox.append(p.el);
+    if (withFiles) picker.clear();
     els.composer.value = '';
     onComposerInput();
     updateEmpty();
@@ -1128,7 +1153,8 @@
     } else if (!els.counter.hidden) {
       els.counter.hidden = true;
     }
-    els.send.disabled = !state.open || !text.trim() || over;
+    const files = state.picker ? state.picker.count() : 0;
+    els.send.disabled = !state.open || (!text.trim() && !files) || over;
     autosize();
     updateComposerMetrics();
   }
@@ -1425,6 +1451,16 @@
     els.operatorTools = $('#operator-tools');
     els.filter = $('#folder-filter');
     els.footer = document.querySelector('.composer-area');
+
+    if (window.PostroomAttachments) {
+      state.picker = window.PostroomAttachments.picker({
+        form: els.form,
+        composer: els.composer,
+        dropZone: $('#app'),
+        onChange: onComposerInput,
+        onError: showError,
+      });
+    }
 
     els.filterEmpty = h('p', { class: 'filter-empty', hidden: true, text: 'Nothing in this folder yet.' });
     els.messages.after(els.filterEmpty);
