@@ -229,6 +229,15 @@ async def test_one_transaction_per_refused_message(tmp_path: Path, clock: FakeCl
         await services.close()
 
 
+async def test_a_route_preview_leaves_out_what_admission_refused(engine: Services) -> None:
+    await engine.folders.add_folder("other", FolderSpec(), actor="test")
+    await engine.ingest.ingest(dm("hi", id="refused-1"))
+    await engine.ingest.ingest(inbound(GROUP, "hello", id="routed-1"))
+    preview = await engine.routes.preview_routes([{"seq": 0, "match": "", "target": "other"}])
+    assert [item.id for item in preview.messages] == ["routed-1"]
+    assert preview.examined == 1
+
+
 # ----------------------------------------------------------------------------- policies
 
 
