@@ -87,9 +87,11 @@ class FlakyChatCompletions:
     #: Between two words of a streamed answer.
     stream_every_s: float = 0.0
     calls: list[Call] = field(default_factory=list)
+    #: The status of each call in turn, instead of the seed's random sequence.
+    statuses: Iterator[int] | None = None
 
     def __post_init__(self) -> None:
-        self._statuses = fault_statuses(
+        self._statuses = self.statuses or fault_statuses(
             self.seed,
             server_error_share=self.server_error_share,
             rate_limit_share=self.rate_limit_share,

@@ -20,6 +20,8 @@ from pathlib import Path
 import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
 
 from e2e_harness import ServerProcess, Sink, ThreadServer, wait_for
 from fake_openai import FlakyChatCompletions
@@ -114,6 +116,18 @@ def _open(browser: Browser, url: str) -> Page:
     return page
 
 
+def _signed_in(browser: Browser, server: Server) -> Page:
+    """The operator's chat: signed in on the dashboard, then the chat page in the same session."""
+    page = browser.new_context(viewport={"width": 1100, "height": 800}).new_page()
+    page.goto(server.url + "/dashboard")
+    page.get_by_label("Token").fill(server.token)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+    page.goto(server.url + "/")
+    expect(page.locator("#status")).to_have_attribute("data-state", "online", timeout=15_000)
+    return page
+
+
 def _send(page: Page, text: str) -> None:
     page.locator("#composer").fill(text)
     page.locator("#send").click()
@@ -196,7 +210,7 @@ def test_an_answer_renders_its_markdown_and_never_runs_html(
 
 @pytest.mark.timeout(120)
 def test_operator_sees_other_chats_live(server: Server, browser: Browser) -> None:
-    operator = _open(browser, f"{server.url}/?token={server.token}")
+    operator = _signed_in(browser, server)
     expect(operator.locator("#operator")).to_be_visible()
     # With the echo provider, the operator's page says how to configure a real model.
     hint = operator.locator('[data-testid="message"][data-type="host"][data-id="setup-hint"]')
@@ -248,11 +262,28 @@ def test_operator_sees_other_chats_live(server: Server, browser: Browser) -> Non
 
 
 @pytest.mark.timeout(60)
-def test_bad_token_is_refused_and_page_says_so(server: Server, browser: Browser) -> None:
+def test_a_token_in_the_url_is_never_used_and_leaves_the_address_bar(
+    server: Server, browser: Browser
+) -> None:
     page = browser.new_context().new_page()
-    page.goto(f"{server.url}/?token=wrong")
-    expect(page.locator("#status")).not_to_have_attribute("data-state", "online", timeout=5_000)
-    assert page.locator("#operator").count() == 0
+    sockets: list[str] = []
+    page.on("websocket", lambda socket: sockets.append(socket.url))
+    page.goto(f"{server.url}/?token={server.token}")
+    expect(page.locator("#status")).to_have_attribute("data-state", "online", timeout=15_000)
+    assert page.locator("#operator").count() == 0  # a visitor: the token opened nothing
+    assert "token" not in page.url
+    assert sockets and all("token" not in url for url in sockets)
+
+
+@pytest.mark.timeout(60)
+def test_a_socket_with_a_token_in_its_url_is_refused_and_says_where_to_sign_in(
+    server: Server,
+) -> None:
+    url = server.url.replace("http://", "ws://") + f"/ws/chat/main?token={server.token}"
+    with connect(url, proxy=None) as socket, pytest.raises(ConnectionClosed) as closed:
+        socket.recv(timeout=5)
+    assert closed.value.rcvd is not None
+    assert closed.value.rcvd.code == 4401 and "dashboard" in closed.value.rcvd.reason
 
 
 @pytest.mark.timeout(120)

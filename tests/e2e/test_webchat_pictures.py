@@ -1,8 +1,8 @@
 """Pictures and files in the web chat, in a real browser (headless Chromium through Playwright)
 against a real ``postroom serve``: a visitor adds a picture with the button, by pasting and by
 dropping it, sees a preview, sends it, sees it in the conversation (read back through
-``GET /api/v1/blobs/…``) and an answer that knows it is there; the operator view shows the
-picture too; another visitor cannot read it."""
+``GET /api/v1/blobs/…``) and an answer that knows it is there; the operator view (signed in on
+the dashboard, no token in the page) shows the picture too; another visitor cannot read it."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, Request, expect, sync_playwright
 
 CHROMIUM = "/usr/bin/chromium"
 pytestmark = pytest.mark.skipif(
@@ -126,6 +126,18 @@ def _open(browser: Browser, url: str) -> Page:
     return page
 
 
+def _signed_in(browser: Browser, server: Server) -> Page:
+    """The operator's chat: signed in on the dashboard, then the chat page in the same session."""
+    page = browser.new_context(viewport={"width": 1100, "height": 800}).new_page()
+    page.goto(server.url + "/dashboard")
+    page.get_by_label("Token").fill(server.token)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("heading", name="Overview")).to_be_visible()
+    page.goto(server.url + "/")
+    expect(page.locator("#status")).to_have_attribute("data-state", "online", timeout=15_000)
+    return page
+
+
 def _loaded(page: Page, selector: str) -> None:
     """Every picture matched by *selector* was read back and decoded by the browser."""
     page.wait_for_function(
@@ -186,12 +198,25 @@ def test_a_picture_is_previewed_sent_shown_and_seen_by_the_model(
     expect(answer).to_contain_text("what is this?", timeout=15_000)
     expect(answer).to_contain_text("dot.png")
 
-    # The operator view shows the visitor's picture too (read with the token, in a header).
-    operator = _open(browser, f"{server.url}/?token={server.token}")
+    # The operator view shows the visitor's picture too, read with the dashboard session's
+    # cookie: the page holds no token, and no request carries one.
+    sha = hashlib.sha256(DOT).hexdigest()
+    operator = _signed_in(browser, server)
+    expect(operator.locator("#operator")).to_be_visible()
     _loaded(operator, '[data-testid="attachment-image"] img')
+    requests: list[Request] = []
+    operator.on("request", lambda request: requests.append(request))
+    operator.reload()
+    _loaded(operator, '[data-testid="attachment-image"] img')
+    blobs = [r for r in requests if "/api/v1/blobs/" in r.url]
+    assert blobs and all("authorization" not in r.headers for r in blobs)
+    assert server.token not in operator.content()
+    signed_in = operator.evaluate(
+        "async (sha) => (await fetch(`/api/v1/blobs/${sha}?channel=elsewhere`)).status", sha
+    )
+    assert signed_in == 200  # the operator reads every chat's files
 
     # Another visitor cannot read it; the one who sent it can.
-    sha = hashlib.sha256(DOT).hexdigest()
     stranger = _open(browser, server.url + "/")
     status = stranger.evaluate(
         "async (sha) => (await fetch(`/api/v1/blobs/${sha}?channel=main`)).status", sha

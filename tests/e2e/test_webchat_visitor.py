@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
@@ -76,9 +77,10 @@ async def page(
     server: ServerProcess, *, token: str | None = None, cookie: str | None = None
 ) -> AsyncIterator[Page]:
     url = server.url.replace("http://", "ws://") + "/ws/chat/main"
+    if token:  # the operator: a session signed in on the dashboard, never a token in the URL
+        cookie = await session_cookie(server, token)
     headers: Mapping[str, str] = {"Cookie": cookie} if cookie else {}
-    query = f"?token={token}" if token else ""
-    async with connect(url + query, additional_headers=headers, proxy=None) as socket:
+    async with connect(url, additional_headers=headers, proxy=None) as socket:
         opened = Page(socket)
         opened.reader = asyncio.create_task(opened._read(), name="chat-socket-reader")
         await opened.until(lambda f: f.get("type") == "history", "the history")
@@ -87,6 +89,14 @@ async def page(
         finally:
             await socket.close()
             await opened.reader
+
+
+async def session_cookie(server: ServerProcess, token: str) -> str:
+    """Sign in on the dashboard's form; the session cookie it sets."""
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        answer = await client.post("/dashboard/login", data={"token": token})
+    assert answer.status_code == 303, answer.text
+    return f"postroom_session={answer.cookies['postroom_session']}"
 
 
 def visitor_cookie(socket: ClientConnection) -> str:

@@ -250,3 +250,30 @@ async def test_blobs_need_a_token_and_a_file_is_never_served_as_a_page(served: S
         401,
         {"error": "Missing or wrong bearer token."},
     )
+
+
+async def test_the_operator_signed_in_on_the_dashboard_reads_blobs_without_a_token(
+    served: Served,
+) -> None:
+    """The operator view of the web chat holds no token: its session cookie reads any chat's
+    files (a GET, no CSRF); a session of a token confined to a folder is no operator's."""
+    async with served.client() as http:
+        sent = await http.post(
+            "/api/v1/messages",
+            json=message({"kind": "image", "mime": "image/png", "name": "cat.png", "data": B64}),
+        )
+        assert sent.status_code == 200, sent.text
+    confined = await served.gateway.services.tokens.add("team", folder="main", actor="test")
+    path = f"/api/v1/blobs/{SHA}?channel=elsewhere"
+    async with served.client(token=None) as browser:
+        assert (await browser.get(path)).status_code == 401
+        signed = await browser.post("/dashboard/login", data={"token": TOKEN})
+        assert signed.status_code == 303
+        picture = await browser.get(path)
+    assert (picture.status_code, picture.content) == (200, PNG)
+    async with served.client(token=None) as browser:
+        assert (
+            await browser.post("/dashboard/login", data={"token": confined.secret})
+        ).status_code == 303
+        refused = await browser.get(path)
+    assert refused.status_code == 401

@@ -25,7 +25,8 @@ from postroom.core.errors import PostroomError
 
 __all__ = ["BLOB_PATH", "create_api"]
 
-#: Attachments: a web chat visitor's page fetches those of its chat without a token.
+#: Attachments: the web chat fetches them without a token, with the operator's dashboard session
+#: or a visitor's cookie (a visitor sees only the files of their own chat).
 BLOB_PATH = "/api/v1/blobs/"
 
 

@@ -151,7 +151,7 @@ class BearerAuth:
         self._app = app
         self._authenticate = authenticate
         #: Paths (prefixes) a request without any ``Authorization`` header may reach with no
-        #: principal: their handler checks a web chat visitor's session instead.
+        #: principal: their handler checks the browser's session cookie instead.
         self._session_paths = session_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -45,6 +45,7 @@ from postroom.engine.tasks import TaskService, task_to_dict
 from postroom.engine.tokens import OWNER, Principal, token_to_dict
 from postroom.engine.turns import job_to_dict
 from postroom.engine.views import (
+    delivery_record_to_dict,
     drop_to_dict,
     message_to_dict,
     route_change_to_dict,
@@ -62,6 +63,10 @@ RowId = Annotated[int, Path(ge=0, le=MAX_INT64)]
 Seq = Query(None, ge=0, le=MAX_INT64)
 
 
+async def _nobody(request: Request) -> Principal | None:
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class ApiContext:
     services: Services
@@ -76,6 +81,9 @@ class ApiContext:
     #: The web chat visitor a request without a token comes from (``GET /blobs``): their
     #: chat's JID for the page's *channel*, or ``None`` without a valid session.
     visitor_chat: Callable[[Request, str], str | None] = lambda request, channel: None
+    #: The operator signed in on the dashboard a request without a token comes from
+    #: (``GET /blobs`` for the operator view of the web chat), or ``None``.
+    operator_session: Callable[[Request], Awaitable[Principal | None]] = _nobody
 
 
 def inbound_from_body(body: MessageIn, *, clock: Callable[[], datetime]) -> InboundMessage:
@@ -154,6 +162,13 @@ def build_router(ctx: ApiContext) -> APIRouter:
             chat_jid=chat_jid, folder=folder, after_seq=after_seq, limit=limit, within=who.folder
         )
         return {"messages": [message_to_dict(m) for m in found]}
+
+    @api.get(
+        "/messages/{chat_jid:path}/{message_id}/journey",
+        summary="One inbound message's whole path: decision, jobs, runs, answers, deliveries",
+    )
+    async def journey(chat_jid: str, message_id: str, who: Principal = Caller) -> dict[str, Any]:
+        return await services.journeys.journey(chat_jid, message_id, within=who.folder)
 
     @api.get("/events", summary="Server-Sent Events: stored messages and deliveries, live")
     async def events(request: Request, after_seq: int | None = Seq) -> StreamingResponse:
@@ -396,6 +411,25 @@ def build_router(ctx: ApiContext) -> APIRouter:
     async def get_run(run_id: RowId, who: Principal = Caller) -> dict[str, Any]:
         return run_to_dict(await services.history.run(run_id, within=who.folder))
 
+    @api.get("/deliveries", summary="Outbox rows, newest first (failed: pending after a refusal)")
+    async def list_deliveries(
+        status: str | None = Query(
+            None, description="pending, failed, sent or abandoned; every row when left out."
+        ),
+        limit: int = Query(100, ge=1, le=1000),
+    ) -> dict[str, Any]:
+        found = await services.deliveries.list(status=status, limit=limit)
+        return {"deliveries": [delivery_record_to_dict(d) for d in found]}
+
+    @api.post(
+        "/deliveries/{delivery_id}/retry",
+        summary="Send a failed or abandoned delivery again now",
+        responses=refusals(409),
+    )
+    async def retry_delivery(delivery_id: RowId, who: Principal = Caller) -> dict[str, Any]:
+        retried = await services.deliveries.retry(delivery_id, actor=who.actor(SURFACE))
+        return delivery_record_to_dict(retried)
+
     @api.get("/providers", summary="Configured providers and their accounts' cooldowns")
     async def list_providers() -> dict[str, Any]:
         return {"providers": ctx.provider_status()}
@@ -406,7 +440,10 @@ def build_router(ctx: ApiContext) -> APIRouter:
 
     @api.get(
         "/blobs/{sha256}",
-        summary="An attachment's bytes (a token, or the web chat session of a chat holding it)",
+        summary=(
+            "An attachment's bytes (a token, the operator's dashboard session, or the web chat "
+            "session of a chat holding it)"
+        ),
         response_class=Response,
         responses=refusals(404),
     )
@@ -414,8 +451,9 @@ def build_router(ctx: ApiContext) -> APIRouter:
         sha256: str, request: Request, channel: str = Query("main", max_length=64)
     ) -> Response:
         chat_jid: str | None = None
-        if request.scope.get(PRINCIPAL) is None:
-            # No token: BearerAuth let the request through for a visitor's session.
+        if request.scope.get(PRINCIPAL) is None and await ctx.operator_session(request) is None:
+            # No token and no operator: BearerAuth let the request through for a visitor's
+            # session, which sees its own chat's files only.
             chat_jid = ctx.visitor_chat(request, channel)
             if chat_jid is None:
                 raise HTTPException(401, "Missing or wrong bearer token.")

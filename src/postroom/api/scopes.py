@@ -38,6 +38,7 @@ ENDPOINTS: tuple[Endpoint, ...] = tuple(
     for method, path, scope, confined in (
         ("POST", "/api/v1/messages", ADMIN, False),
         ("GET", "/api/v1/messages", READ, True),
+        ("GET", "/api/v1/messages/{chat_jid:path}/{id}/journey", READ, True),
         ("GET", "/api/v1/events", READ, False),
         ("GET", "/api/v1/routes", READ, True),
         ("POST", "/api/v1/routes", ROUTES, True),
@@ -66,6 +67,8 @@ ENDPOINTS: tuple[Endpoint, ...] = tuple(
         ("POST", "/api/v1/jobs/{id}/cancel", ADMIN, False),
         ("GET", "/api/v1/runs", READ, False),
         ("GET", "/api/v1/runs/{id}", READ, True),
+        ("GET", "/api/v1/deliveries", READ, False),
+        ("POST", "/api/v1/deliveries/{id}/retry", ADMIN, False),
         ("GET", "/api/v1/drops", READ, False),
         ("GET", "/api/v1/blobs/{sha256}", READ, False),
         ("GET", "/api/v1/providers", READ, False),

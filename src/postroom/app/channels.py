@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import importlib
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 import structlog
@@ -21,6 +22,7 @@ from postroom.channels.base import BaseChannel, ChannelContext
 from postroom.config import Config
 from postroom.core.errors import ConfigError
 from postroom.core.jid import split_jid
+from postroom.engine.clock import Clock, system_clock
 from postroom.engine.delivery import SinkRouter
 from postroom.engine.signals import Signals
 
@@ -66,10 +68,24 @@ def build_channels(config: Config) -> list[BaseChannel]:
     return channels
 
 
+#: How long one adapter's probe may take before it counts as failed.
+PROBE_TIMEOUT_S = 10.0
+
+
 class ChannelHost:
-    def __init__(self, channels: list[BaseChannel], *, signals: Signals, sinks: SinkRouter) -> None:
+    def __init__(
+        self,
+        channels: list[BaseChannel],
+        *,
+        signals: Signals,
+        sinks: SinkRouter,
+        clock: Clock = system_clock,
+    ) -> None:
         self.channels = channels
         self._signals = signals
+        self._clock = clock
+        #: When each adapter last passed a probe (its credentials answered).
+        self._probed: dict[str, datetime] = {}
         self._by_platform: dict[str, BaseChannel] = {}
         for channel in channels:
             for platform in channel.platforms:
@@ -101,7 +117,30 @@ class ChannelHost:
                 log.warning("channel.stop_failed", channel=channel.name, error=str(exc))
 
     def status(self) -> list[dict[str, Any]]:
-        return [channel.status().to_dict() for channel in self.channels]
+        out = []
+        for channel in self.channels:
+            status = channel.status().to_dict()
+            probed = self._probed.get(channel.name)
+            status["probed_at"] = probed.isoformat() if probed else None
+            out.append(status)
+        return out
+
+    async def probe(self) -> None:
+        """Check every adapter's credentials with one cheap call (as ``doctor`` does): a pass
+        counts as a recent event for its health, a failure is recorded as its last error."""
+
+        async def one(channel: BaseChannel) -> None:
+            try:
+                async with asyncio.timeout(PROBE_TIMEOUT_S):
+                    await channel.check()
+            except Exception as exc:  # any failure of a probe is the channel's problem to show
+                channel.failed(exc if str(exc) else f"probe failed ({type(exc).__name__})")
+                return
+            self._probed[channel.name] = self._clock()
+            if channel.status().state == "error":
+                channel.connected()
+
+        await asyncio.gather(*(one(c) for c in self.channels))
 
     async def fetch_attachment(self, chat_jid: str, url: str, cap_bytes: int) -> bytes | None:
         """An attachment of a message in *chat_jid*, fetched by its platform's adapter."""

@@ -114,6 +114,8 @@ class Gateway:
     mcp: McpEndpoint | None = None
     #: Where ``serve.json`` is written while :meth:`run` listens.
     data_dir: Path | None = None
+    #: Where this server listens and since when (the dashboard's nodes page).
+    address: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     async def build(
@@ -180,8 +182,9 @@ class Gateway:
             used = {f.provider for f in folders if f.provider}
             models = build_providers(config, clock=clock, used=used, data_dir=data_dir)
         sinks, webhooks = build_sinks(config)
-        host = ChannelHost(adapters, signals=signals, sinks=sinks)
+        host = ChannelHost(adapters, signals=signals, sinks=sinks, clock=clock)
         voice = transcriber(config)
+        address: dict[str, Any] = {"name": socket.gethostname(), "pid": os.getpid()}
         http = build_http(
             services,
             data_dir,
@@ -190,6 +193,7 @@ class Gateway:
             channels=host,
             metrics=metrics,
             fetcher=fetcher,
+            address=address,
         )
         mcp = _mcp_endpoint(services, config)
         if mcp is not None:
@@ -225,6 +229,7 @@ class Gateway:
             providers=models,
             mcp=mcp,
             data_dir=data_dir,
+            address=address,
         )
 
     _stop: asyncio.Event | None = None
@@ -290,6 +295,7 @@ class Gateway:
             await serving  # raises the bind error, if any
             raise PostroomError(f"The HTTP server on {host}:{port} stopped at start.")
         log.info("serve.ready", host=host, port=port, pid=os.getpid())
+        self.address.update(host=host, port=port, started_at=self.services.clock().isoformat())
         if self.data_dir is not None:
             # INTERFACES §1: the CLI finds this server (and its real port) here.
             write_serve_file(self.data_dir, host, port)

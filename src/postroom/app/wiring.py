@@ -28,6 +28,7 @@ from postroom.channels.http import EventStreamSink, WebhookSession, WebhookSink
 from postroom.config import DATABASE_FILE, Config
 from postroom.core.errors import PostroomError
 from postroom.core.folders import FolderSettings
+from postroom.dashboard import Dashboard, DashboardContext
 from postroom.engine.answer import AnswerWriter
 from postroom.engine.attachments import AttachmentLimits
 from postroom.engine.clock import Clock
@@ -39,6 +40,7 @@ from postroom.engine.ingest import IngestLimits
 from postroom.engine.memory import MemoryService
 from postroom.engine.runner import ProviderRunner
 from postroom.engine.services import Services
+from postroom.engine.sessions import SessionKeeper
 from postroom.engine.signals import Signals
 from postroom.engine.skills import SkillLimits
 from postroom.engine.tools import ToolFactory
@@ -71,6 +73,7 @@ __all__ = [
     "queue_settings",
     "transcriber",
     "web_secret",
+    "webhook_platforms",
 ]
 
 SECRET_FILE = "web-secret"
@@ -150,6 +153,15 @@ def transcriber(config: Config) -> HttpTranscriber | None:
         api_key=section.api_key,
         client=httpx.AsyncClient(timeout=httpx.Timeout(10.0)),
     )
+
+
+def webhook_platforms(config: Config) -> list[str]:
+    """The platforms whose chats an outbound webhook serves."""
+    return [
+        platform
+        for platform, section in config.channels.get("http", {}).items()
+        if isinstance(section, dict) and section.get("outbound_url")
+    ]
 
 
 def build_sinks(config: Config) -> tuple[SinkRouter, WebhookSession | None]:
@@ -307,6 +319,7 @@ def delivery_loop(
             backoff_base_s=config.delivery.backoff_base_s, ttl_s=config.delivery.ttl_s
         ),
         metrics=metrics,
+        health=services.health,
     )
 
 
@@ -348,13 +361,18 @@ def build_http(
     channels: ChannelHost,
     metrics: PrometheusMetrics,
     fetcher: UrlFetcher | None = None,
+    address: Mapping[str, Any] | None = None,
 ) -> FastAPI:
-    """The HTTP side: the API, the web chat, the terminal UI's socket and the adapters' hooks
-    (*fetcher*: how attachment URLs are downloaded)."""
+    """The HTTP side: the API, the web chat, the dashboard, the terminal UI's socket and the
+    adapters' hooks. *fetcher*: how attachment URLs are downloaded; *address*: this server as
+    the dashboard's nodes page shows it (filled in once it listens)."""
+    address = address if address is not None else {}
+    secret = web_secret(data_dir)
+    sessions = SessionKeeper(secret=secret, tokens=services.tokens, clock=services.clock)
     web = WebChat(
         services=services,
-        token=config.api.token,
-        secret=web_secret(data_dir),
+        sessions=sessions,
+        secret=secret,
         assistant_name=config.assistant.name,
         setup_hint=ECHO_HINT if config.defaults.provider == "echo" else None,
         attachments=attachment_limits(config),
@@ -368,11 +386,25 @@ def build_http(
             channel_status=channels.status,
             uploads=Uploads(limits=attachment_limits(config), fetcher=fetcher or UrlFetcher()),
             visitor_chat=web.visitor_chat,
+            operator_session=web.operator_of,
         ),
         # Attachments sent inline count towards the body; a larger file is sent by its URL.
         body_limit=config.limits.body_bytes,
     )
     http.router.routes.extend(web.routes())
+    dashboard = Dashboard(
+        context=DashboardContext(
+            services=services,
+            channel_status=channels.status,
+            probe_channels=channels.probe,
+            adapter_platforms={c.name: tuple(c.platforms) for c in channels.channels},
+            webhook_platforms=tuple(sorted(webhook_platforms(config))),
+            server=lambda: dict(address),
+        ),
+        sessions=sessions,
+        assistant_name=config.assistant.name,
+    )
+    http.router.routes.extend(dashboard.routes())
     http.router.routes.append(
         TuiSocket(
             services=services, token=config.api.token, assistant_name=config.assistant.name

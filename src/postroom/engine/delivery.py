@@ -23,6 +23,7 @@ from postroom.core.folders import FolderDefaults
 from postroom.core.jid import split_jid
 from postroom.engine.catalog import Catalog
 from postroom.engine.clock import Clock
+from postroom.engine.health import DeliveryHealth
 from postroom.engine.metrics import Metrics, NullMetrics
 from postroom.engine.notices import host_message
 from postroom.engine.signals import Signals
@@ -159,8 +160,10 @@ class DeliveryLoop:
         settings: DeliverySettings,
         on_sent: Callable[[DeliveryRecord], None] | None = None,
         metrics: Metrics | None = None,
+        health: DeliveryHealth | None = None,
     ) -> None:
         self._metrics = metrics or NullMetrics()
+        self._health = health
         self._store = store
         self._sinks = sinks
         self._catalog = catalog
@@ -257,6 +260,8 @@ class DeliveryLoop:
                         later(now, ttl_s),
                     )
         self._metrics.delivery("sent")
+        if self._health is not None:
+            self._health.sent(delivery.chat_jid)
         log.info(
             "delivery.sent",
             delivery_id=delivery.id,
@@ -289,6 +294,8 @@ class DeliveryLoop:
                 delivery.id, attempts=attempts, next_try=next_try, error=str(error)
             )
         self._metrics.delivery("retried")
+        if self._health is not None:
+            self._health.failed(delivery.chat_jid, str(error))
         log.warning(
             "delivery.failed",
             delivery_id=delivery.id,
@@ -313,6 +320,8 @@ class DeliveryLoop:
                 )
             )
         self._metrics.delivery("abandoned")
+        if self._health is not None:
+            self._health.failed(delivery.chat_jid, str(error))
         self._signals.stored.wake()
         log.warning(
             "delivery.abandoned",

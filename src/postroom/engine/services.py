@@ -19,9 +19,12 @@ from postroom.engine.access import AccessService
 from postroom.engine.budgets import BudgetService, ModelOverrides
 from postroom.engine.catalog import Catalog
 from postroom.engine.clock import Clock, system_clock
+from postroom.engine.deliveries import DeliveryService
 from postroom.engine.folders import FolderService
+from postroom.engine.health import DeliveryHealth
 from postroom.engine.history import History
 from postroom.engine.ingest import IngestLimits, Ingestor
+from postroom.engine.journey import JourneyService
 from postroom.engine.metrics import Metrics
 from postroom.engine.router import Router
 from postroom.engine.routes import RouteService
@@ -55,6 +58,10 @@ class Services:
     defaults: FolderDefaults
     queue: QueueSettings
     clock: Clock
+    deliveries: DeliveryService
+    journeys: JourneyService
+    #: Sends per platform, recorded by the delivery loop, for the dashboard's health.
+    health: DeliveryHealth
 
     @classmethod
     def build(
@@ -126,6 +133,9 @@ class Services:
             defaults=defaults,
             queue=queue,
             clock=clock,
+            deliveries=DeliveryService(store=store, signals=signals, clock=clock),
+            journeys=JourneyService(store=store),
+            health=DeliveryHealth(clock=clock),
         )
 
     @classmethod

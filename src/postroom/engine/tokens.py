@@ -10,6 +10,7 @@ read (none for the owner's token).
 
 from __future__ import annotations
 
+import hmac
 import re
 import secrets
 from dataclasses import dataclass
@@ -198,4 +199,15 @@ class TokenService:
                 record = await tx.find_token(hash_token(presented))
             if record is not None:
                 return _principal(record)
+        return OWNER if not self._owner_secret else None
+
+    async def by_hash(self, secret_hash: str) -> Principal | None:
+        """Who holds the secret hashing to *secret_hash* (a browser session keeps the hash,
+        never the secret); ``None`` once the token is gone."""
+        if self._owner_secret and hmac.compare_digest(hash_token(self._owner_secret), secret_hash):
+            return OWNER
+        async with self._store.read() as tx:
+            record = await tx.find_token(secret_hash)
+        if record is not None:
+            return _principal(record)
         return OWNER if not self._owner_secret else None

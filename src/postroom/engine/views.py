@@ -5,9 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from postroom.core.messages import StoredMessage
-from postroom.store.records import DropRecord, RouteAuditRecord, RunRecord, RunSummary
+from postroom.store.records import (
+    DeliveryRecord,
+    DropRecord,
+    RouteAuditRecord,
+    RunRecord,
+    RunSummary,
+)
 
 __all__ = [
+    "delivery_record_to_dict",
     "drop_to_dict",
     "message_to_dict",
     "route_change_to_dict",
@@ -101,4 +108,23 @@ def run_summary_to_dict(run: RunSummary) -> dict[str, Any]:
         "error": run.error,
         "purpose": run.purpose,
         "started_at": run.started_at.isoformat(),
+    }
+
+
+def delivery_record_to_dict(delivery: DeliveryRecord) -> dict[str, Any]:
+    """The public delivery object: one outbox row (one chunk for one chat) and its attempts."""
+    return {
+        "id": delivery.id,
+        "message_id": delivery.message_id,
+        "chat_jid": delivery.chat_jid,
+        "chunk": delivery.chunk,
+        "chunks": delivery.chunks,
+        "kind": delivery.kind,
+        "status": delivery.status,
+        "attempts": delivery.attempts,
+        "next_try": delivery.next_try.isoformat(),
+        "last_error": delivery.last_error,
+        "platform_message_id": delivery.platform_message_id,
+        "created_at": delivery.created_at.isoformat(),
+        "sent_at": delivery.sent_at.isoformat() if delivery.sent_at else None,
     }

@@ -180,6 +180,8 @@ class StoreTx(Protocol):
 
     async def list_drops(self, *, limit: int) -> list[DropRecord]: ...
 
+    async def get_drop(self, message_id: str, chat_jid: str) -> DropRecord | None: ...
+
     async def recent_inbound(self, *, limit: int) -> list[StoredMessage]:
         """The newest *limit* stored inbound user messages (not the gateway's own), newest
         first."""
@@ -271,6 +273,10 @@ class StoreTx(Protocol):
 
     async def list_jobs(self, *, status: str | None, limit: int) -> list[JobRecord]: ...
 
+    async def job_for_message(self, message_id: str, chat_jid: str) -> JobRecord | None:
+        """The turn that answers an inbound message, if it fired one."""
+        ...
+
     async def finish_job(
         self,
         job_id: int,
@@ -337,8 +343,22 @@ class StoreTx(Protocol):
     async def next_delivery_due(self) -> datetime | None: ...
 
     async def list_deliveries(
-        self, *, message_id: str | None = None, status: str | None = None, limit: int = 100
-    ) -> list[DeliveryRecord]: ...
+        self,
+        *,
+        message_id: str | None = None,
+        status: str | None = None,
+        limit: int = 100,
+        newest_first: bool = False,
+    ) -> list[DeliveryRecord]:
+        """Rows by id; *status* ``failed`` means pending after at least one refused send."""
+        ...
+
+    async def get_delivery(self, delivery_id: int) -> DeliveryRecord | None: ...
+
+    async def requeue_delivery(self, delivery_id: int, *, now: datetime) -> DeliveryRecord | None:
+        """Make an abandoned or failing row due now, with a fresh TTL and no attempts; ``None``
+        when the row is sent, pending without an error, or missing."""
+        ...
 
     # -- memory, state, compactions, usage ------------------------------------------------------
     async def insert_fact(

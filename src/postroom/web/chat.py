@@ -1,13 +1,14 @@
 """The web chat: the page at ``/`` and ``/chat/<channel>``, and its WebSocket.
 
 Every visitor has a chat of their own, ``web:<channel>/<visitor>``: ``anon-<id>`` from a signed
-cookie (sender ``web:anon/<id>``), or ``user-<id>`` for a page opened with the API token
-(sender ``web:user/<id>``). An anonymous page sees only its own chat, and of it what a platform
-chat shows (MESSAGES §5): its messages, the answers, command outputs and the notices meant for
-it — filtered here, before anything is sent, so no run details, traces, folder names or set-up
-hints ever reach a visitor's socket. A page opened with the token is the operator view and sees
-every chat live, everything included (MESSAGES §6). Messages typed here go through ingest like
-any other; what the page shows comes from the live feed.
+cookie (sender ``web:anon/<id>``), or ``user-<id>`` for the operator signed in on the dashboard
+(sender ``web:user/<id>``; the session cookie goes with the socket, a token never in its URL).
+An anonymous page sees only its own chat, and of it what a platform chat shows (MESSAGES §5):
+its messages, the answers, command outputs and the notices meant for it — filtered here, before
+anything is sent, so no run details, traces, folder names or set-up hints ever reach a visitor's
+socket. A page opened in a signed-in session is the operator view and sees every chat live,
+everything included (MESSAGES §6). Messages typed here go through ingest like any other; what
+the page shows comes from the live feed.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import contextlib
 import json
 import re
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -31,11 +33,13 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from postroom.core.display import shown_to_chat
 from postroom.core.errors import InvalidInput, PostroomError
 from postroom.core.messages import Attachment, InboundMessage
-from postroom.core.signing import sign_value, token_matches, token_tag, verify_value
+from postroom.core.signing import sign_value, token_tag, verify_value
 from postroom.engine.attachments import AttachmentLimits, check_attachment
 from postroom.engine.notices import new_message_id
 from postroom.engine.services import Services
+from postroom.engine.sessions import SessionKeeper
 from postroom.engine.signals import Event
+from postroom.engine.tokens import Principal
 from postroom.engine.views import message_to_dict
 
 __all__ = ["VISITOR_COOKIE", "WebChat"]
@@ -68,7 +72,7 @@ class WebChat:
         self,
         *,
         services: Services,
-        token: str,
+        sessions: SessionKeeper,
         secret: bytes,
         assistant_name: str,
         setup_hint: str | None = None,
@@ -77,7 +81,7 @@ class WebChat:
         self._services = services
         self._attachments = attachments or AttachmentLimits()
         self._setup_hint = setup_hint
-        self._token = token
+        self._sessions = sessions
         self._secret = secret
         self._assistant = assistant_name
         static = resources.files("postroom.web") / "static"
@@ -91,6 +95,18 @@ class WebChat:
             WebSocketRoute("/ws/chat/{channel}", self._socket),
             Mount("/static", app=StaticFiles(directory=self._static_dir), name="static"),
         ]
+
+    async def operator(self, cookies: Mapping[str, str]) -> Principal | None:
+        """The operator signed in on the dashboard whose session *cookies* carry, or ``None``:
+        a token confined to a folder is no operator, and its page is a visitor's."""
+        session = await self._sessions.session(cookies)
+        if session is None or session.principal.folder is not None:
+            return None
+        return session.principal
+
+    async def operator_of(self, request: Request) -> Principal | None:
+        """The operator a request comes from (``GET /api/v1/blobs``: every chat's files)."""
+        return await self.operator(request.cookies)
 
     def visitor_chat(self, request: Request, channel: str) -> str | None:
         """The chat of the anonymous visitor whose signed cookie *request* carries, on the
@@ -129,14 +145,15 @@ class WebChat:
             await websocket.accept()
             await websocket.close(code=4404, reason="no such channel")
             return
-        token = websocket.query_params.get("token")
         headers: list[tuple[bytes, bytes]] = []
-        if token is not None:
-            if not token_matches(self._token, token):
-                await websocket.accept()
-                await websocket.close(code=4401, reason="the access token was refused")
-                return
-            tag = token_tag(token)
+        if "token" in websocket.query_params:
+            # A token in a URL ends up in logs and histories: refused, with where to go.
+            await websocket.accept()
+            await websocket.close(code=4401, reason="sign in on the dashboard instead")
+            return
+        operator = await self.operator(websocket.cookies)
+        if operator is not None:
+            tag = token_tag(operator.name)
             visitor = _Visitor(f"web:{channel}/user-{tag}", f"web:user/{tag}", "Operator", True)
         else:
             ident = verify_value(self._secret, websocket.cookies.get(VISITOR_COOKIE))

@@ -224,6 +224,14 @@ class MessageStatements(Statements):
             (drop.id, drop.chat_jid, to_iso(drop.time), drop.sender, drop.verb, drop.reason),
         )
 
+    async def get_drop(self, message_id: str, chat_jid: str) -> DropRecord | None:
+        r = await self._one(
+            "SELECT id, chat_jid, time, sender, verb, reason FROM drops "
+            "WHERE id = ? AND chat_jid = ?",
+            (message_id, chat_jid),
+        )
+        return None if r is None else DropRecord(r[0], r[1], from_iso(r[2]), r[3], r[4], r[5])
+
     async def list_drops(self, *, limit: int) -> list[DropRecord]:
         rows = await self._all(
             "SELECT id, chat_jid, time, sender, verb, reason FROM ("

@@ -90,21 +90,44 @@ class OutboxStatements(Statements):
         return from_iso(row[0]) if row and row[0] else None
 
     async def list_deliveries(
-        self, *, message_id: str | None = None, status: str | None = None, limit: int = 100
+        self,
+        *,
+        message_id: str | None = None,
+        status: str | None = None,
+        limit: int = 100,
+        newest_first: bool = False,
     ) -> list[DeliveryRecord]:
         where: list[str] = []
         params: list[Any] = []
         if message_id is not None:
             where.append("message_id = ?")
             params.append(message_id)
-        if status is not None:
+        if status == "failed":  # still pending, after at least one refused send
+            where.append("status = 'pending' AND last_error IS NOT NULL")
+        elif status is not None:
             where.append("status = ?")
             params.append(status)
         clause = f"WHERE {' AND '.join(where)}" if where else ""
+        order = "DESC" if newest_first else ""
         rows = await self._all(
-            f"SELECT {_COLUMNS} FROM deliveries {clause} ORDER BY id LIMIT ?", [*params, limit]
+            f"SELECT {_COLUMNS} FROM deliveries {clause} ORDER BY id {order} LIMIT ?",
+            [*params, limit],
         )
         return [_delivery(row) for row in rows]
+
+    async def get_delivery(self, delivery_id: int) -> DeliveryRecord | None:
+        row = await self._one(f"SELECT {_COLUMNS} FROM deliveries WHERE id = ?", (delivery_id,))
+        return None if row is None else _delivery(row)
+
+    async def requeue_delivery(self, delivery_id: int, *, now: datetime) -> DeliveryRecord | None:
+        # A fresh start: the TTL counts from now, the backoff from the first attempt again.
+        row = await self._one(
+            "UPDATE deliveries SET status = 'pending', attempts = 0, next_try = ?, "
+            "created_at = ?, sent_at = NULL WHERE id = ? AND (status = 'abandoned' "
+            f"OR (status = 'pending' AND last_error IS NOT NULL)) RETURNING {_COLUMNS}",
+            (to_iso(now), to_iso(now), delivery_id),
+        )
+        return None if row is None else _delivery(row)
 
 
 def _delivery(row: Any) -> DeliveryRecord:

@@ -106,6 +106,16 @@ class QueueStatements(Statements):
             return None
         return await self._with_messages(_job(row))
 
+    async def job_for_message(self, message_id: str, chat_jid: str) -> JobRecord | None:
+        row = await self._one(
+            f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ("
+            "SELECT job_id FROM job_messages WHERE message_id = ? AND chat_jid = ?)",
+            (message_id, chat_jid),
+        )
+        if row is None:
+            return None
+        return await self._with_messages(_job(row))
+
     async def list_jobs(self, *, status: str | None, limit: int) -> list[JobRecord]:
         if status is None:
             rows = await self._all(
