@@ -28,6 +28,7 @@ from postroom.core.access import (
     parse_role,
 )
 from postroom.core.errors import InvalidInput
+from postroom.core.glob import compile_pattern
 
 SENDER = "telegram:user/9"
 DM = "telegram:user/9"
@@ -176,3 +177,37 @@ def test_one_code_per_chat_and_a_cap_per_platform() -> None:
     assert not sent and "dropped silently" in note
     sent, note = pairing_step(PairingState(True, 0), policy)
     assert not sent and note == "a code was already sent to this chat"
+
+
+def test_the_indexed_lookup_agrees_with_trying_every_principal() -> None:
+    """The index is an optimisation only: the answer is the most specific principal that
+    holds, as a plain scan finds it (a literal before a glob, then the longer pattern)."""
+    rng = random.Random(11)
+    parts = ["telegram:user", "telegram:group", "slack:user", "T1", "T2", "9", "10", "ab"]
+    globs = ["*", "telegram:*", "*:user", "T?", "1*", "[0-9]", "a*"]
+
+    def rank(principal: Principal) -> tuple[bool, int]:
+        return (compile_pattern(principal.pattern).literal is None, -len(principal.pattern))
+
+    def value(depth: int) -> str:
+        return "/".join(rng.choice(parts) for _ in range(depth))
+
+    for _round in range(40):
+        principals = []
+        for n in range(rng.randrange(1, 25)):
+            segments = [
+                rng.choice(globs) if rng.random() < 0.3 else rng.choice(parts)
+                for _ in range(rng.randrange(1, 4))
+            ]
+            principals.append(Principal(n + 1, "/".join(segments), rng.choice(list(Role))))
+        table = PrincipalTable(principals)
+        compiled = [(p, compile_pattern(p.pattern)) for p in principals]
+        for _ in range(50):
+            sender = value(rng.randrange(1, 5))
+            holding = [p for p, pattern in compiled if pattern.holds(sender)]
+            found = table.lookup(sender)
+            if not holding:
+                assert found is None
+                continue
+            assert found in holding, (sender, found)
+            assert rank(found) == min(rank(p) for p in holding), (sender, found, holding)

@@ -130,19 +130,27 @@ def _specificity(principal: Principal, pattern: Pattern) -> tuple[int, int]:
 
 
 class PrincipalTable:
-    """The principals, ordered most specific first; literal patterns are also found by key."""
+    """The principals, most specific first, indexed so that a lookup costs a few dictionary
+    reads however many there are: a literal pattern holds for the sender itself or a leading
+    run of its ``/`` segments (the subtree rule), so it is found by those prefixes; a glob is
+    filed under its leading literal segments and only tried for senders that start with them.
+    """
 
     def __init__(self, principals: Iterable[Principal] = ()) -> None:
         compiled = [(p, compile_pattern(p.pattern)) for p in principals]
         compiled.sort(key=lambda pair: _specificity(*pair))
         self.principals: tuple[Principal, ...] = tuple(p for p, _ in compiled)
-        self._globs = tuple(pair for pair in compiled if pair[1].literal is None)
-        #: Literal patterns by text, the most specific (stored before config owners) first.
+        #: Literal patterns by text; the first written wins a tie (stored before [owners]).
         self._literals: dict[str, Principal] = {}
-        self._literal_patterns = tuple(pair for pair in compiled if pair[1].literal is not None)
-        for principal, pattern in self._literal_patterns:
-            assert pattern.literal is not None
-            self._literals.setdefault(pattern.literal, principal)
+        #: Globs by their leading literal segments (``""``: the first segment has a wildcard),
+        #: each list longest pattern first.
+        self._globs: dict[str, list[tuple[Principal, Pattern]]] = {}
+        for principal, pattern in compiled:
+            if pattern.literal is not None:
+                self._literals.setdefault(pattern.literal, principal)
+            else:
+                key = pattern.leading_literal() or ""
+                self._globs.setdefault(key, []).append((principal, pattern))
 
     def __len__(self) -> int:
         return len(self.principals)
@@ -151,17 +159,34 @@ class PrincipalTable:
         """The most specific principal whose pattern holds for *sender*, if any."""
         if not self.principals:
             return None
-        exact = self._literals.get(sender)
-        if exact is not None:
-            return exact
-        # A literal pattern also holds for the values under it (the subtree rule).
-        for principal, pattern in self._literal_patterns:
-            if pattern.holds(sender):
-                return principal
-        for principal, pattern in self._globs:
-            if pattern.holds(sender):
-                return principal
-        return None
+        prefixes = _prefixes(sender)
+        literals = self._literals
+        if literals:
+            for prefix in prefixes:  # longest first: the most specific literal
+                found = literals.get(prefix)
+                if found is not None:
+                    return found
+        best: Principal | None = None
+        globs = self._globs
+        for key in (*prefixes, ""):
+            for principal, pattern in globs.get(key, ()):
+                if best is not None and len(principal.pattern) <= len(best.pattern):
+                    break  # each list is longest first: nothing longer follows
+                if pattern.holds(sender):
+                    best = principal
+                    break
+        return best
+
+
+def _prefixes(value: str) -> list[str]:
+    """*value* and each leading run of its ``/`` segments, longest first."""
+    out = [value]
+    cut = value.rfind("/")
+    while cut > 0:
+        value = value[:cut]
+        out.append(value)
+        cut = value.rfind("/")
+    return out
 
 
 def admit(
