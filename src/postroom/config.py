@@ -172,9 +172,17 @@ class QueueConfig(_Section):
     lease_renew_s: PositiveDuration = Field(10.0, alias="lease_renew")
 
 
+#: Sends in flight at once: each holds a connection (or a platform's rate budget).
+MAX_DELIVERY_CONCURRENCY = 10_000
+
+
 class DeliveryConfig(_Section):
     ttl_s: Duration = Field(3600.0, alias="ttl")
     backoff_base_s: Duration = Field(2.0, alias="backoff_base")
+    concurrency: Annotated[
+        int,
+        AfterValidator(functools.partial(check_count, maximum=MAX_DELIVERY_CONCURRENCY)),
+    ] = 64
 
 
 class ObserveConfig(_Section):

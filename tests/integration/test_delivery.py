@@ -1043,9 +1043,9 @@ async def test_the_running_loop_delivers_an_answer_without_being_driven(
 async def test_the_running_loop_goes_on_after_a_round_fails(
     services: Services, clock: FakeClock, sink: RecordingSink, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Another process holding the write lock past the busy timeout fails the round (the row
-    was sent but could not be marked); the loop logs it and sends the row again later instead
-    of ending for good: the same row again (a sink's idempotency key is made of it)."""
+    """Another process holding the write lock past the busy timeout fails the send's record
+    (the row was sent but could not be marked); the loop logs it and sends the row again later
+    instead of ending for good: the same row again (a sink's idempotency key is made of it)."""
     monkeypatch.setattr(sqlite_base, "BUSY_TIMEOUT_MS", 100)
     message = await put_answer(services, clock, "hello", ["telegram:group/5"])
     loop = make_loop(services, clock, sink)
@@ -1056,8 +1056,8 @@ async def test_the_running_loop_goes_on_after_a_round_fails(
     try:
         with capture_logs() as logs:
             await eventually(
-                lambda: any(e["event"] == "delivery.round_failed" for e in logs),
-                "a failed round",
+                lambda: any(e["event"] == "delivery.send_crashed" for e in logs),
+                "a send that could not be recorded",
             )
         other.execute("ROLLBACK")
 
@@ -1108,3 +1108,121 @@ async def test_overlapping_rounds_never_send_a_row_twice(
     assert await first is True
     assert await second is False  # it ran after the first: nothing was due any more
     assert [c.content for c in sink.sent] == ["only once"]
+
+
+# --------------------------------------------------------------------------- pipelined sends
+
+
+class GatedSink(RecordingSink):
+    """Holds the sends to the chats in ``held`` until released; counts what is in flight."""
+
+    def __init__(self, clock: FakeClock, held: Sequence[str] = ()) -> None:
+        super().__init__(clock)
+        self.gates = {chat: asyncio.Event() for chat in held}
+        self.entered = {chat: asyncio.Event() for chat in held}
+        self.in_flight: dict[str, int] = {}
+        self.most_per_chat = 0
+        self.most_at_once = 0
+        self.changed = asyncio.Event()
+
+    async def send(self, chunk: OutgoingChunk) -> SendResult:
+        chat = chunk.chat_jid
+        self.in_flight[chat] = self.in_flight.get(chat, 0) + 1
+        self.most_per_chat = max(self.most_per_chat, self.in_flight[chat])
+        self.most_at_once = max(self.most_at_once, sum(self.in_flight.values()))
+        try:
+            if chat in self.entered:
+                self.entered[chat].set()
+                await self.gates[chat].wait()
+            else:
+                await asyncio.sleep(0)  # a real send yields: others may start meanwhile
+            return await super().send(chunk)
+        finally:
+            self.in_flight[chat] -= 1
+            self.changed.set()
+
+    def release(self, chat: str) -> None:
+        self.gates[chat].set()
+
+
+@contextlib.asynccontextmanager
+async def running(loop: DeliveryLoop) -> AsyncIterator[None]:
+    task = asyncio.create_task(loop.run(), name="test-delivery-loop")
+    try:
+        yield
+    finally:
+        loop.stop()
+        await task
+
+
+async def test_a_slow_chat_holds_only_its_own_rows(services: Services, clock: FakeClock) -> None:
+    slow, quick = GUILD, "telegram:group/2"
+    sink = GatedSink(clock, held=[slow])
+    loop = make_loop(services, clock, sink)
+    async with running(loop):
+        await put_answer(services, clock, "first for the slow chat", [slow])
+        await asyncio.wait_for(sink.entered[slow].wait(), 10)
+        await put_answer(services, clock, "second for the slow chat", [slow])
+        q1 = await put_answer(services, clock, "first for the quick chat", [quick])
+        q2 = await put_answer(services, clock, "second for the quick chat", [quick])
+
+        await eventually(lambda: len(sink.sent_to(quick)) == 2, "the quick chat's answers")
+        assert sink.sent_to(slow) == []  # still held: the quick chat did not wait for it
+        assert [c.message_id for c in sink.sent_to(quick)] == [q1.message_id, q2.message_id]
+        sink.release(slow)
+        await eventually(lambda: len(sink.sent_to(slow)) == 2, "the slow chat's answers")
+    assert [c.content for c in sink.sent_to(slow)] == [
+        "first for the slow chat",
+        "second for the slow chat",
+    ]
+    assert sink.most_per_chat == 1
+    assert await outbox(services, status="pending") == []
+
+
+async def test_pipelined_sends_keep_each_chats_order_and_the_overall_bound(
+    services: Services, clock: FakeClock
+) -> None:
+    chats = [f"telegram:group/{n}" for n in range(6)]
+    sink = GatedSink(clock)
+    loop = DeliveryLoop(
+        store=services.store,
+        sinks=SinkRouter(fallback=EventStreamSink(), by_platform={"telegram": sink}),
+        catalog=services.catalog,
+        defaults=services.defaults,
+        signals=services.signals,
+        clock=clock,
+        settings=DeliverySettings(concurrency=2),
+    )
+    stored: dict[str, list[tuple[str, int]]] = {chat: [] for chat in chats}
+    for round_ in range(3):
+        for chat in chats:
+            text = f"{round_} " + "word " * (1200 if round_ == 1 else 2)  # round 1: two chunks
+            message = await put_answer(services, clock, text, [chat])
+            rows = await outbox(services, message_id=message.message_id)
+            stored[chat].extend((message.message_id, row.chunk) for row in rows)
+    async with running(loop):
+        total = sum(len(rows) for rows in stored.values())
+        await eventually(lambda: len(sink.sent) == total, "every chunk")
+    for chat in chats:
+        assert [(c.message_id, c.chunk) for c in sink.sent_to(chat)] == stored[chat]
+    assert sink.most_per_chat == 1
+    assert sink.most_at_once <= 2
+    assert len({(c.delivery_id) for c in sink.sent}) == total  # each row once
+
+
+async def test_a_turn_logs_its_events_at_debug_only(
+    services: Services, clock: FakeClock, sink: RecordingSink, workers: WorkerPool
+) -> None:
+    """Per-message events cost nothing at the default level: info is for start-up, shutdown,
+    errors and the periodic summary."""
+    await seed_spec_table(services)
+    loop = make_loop(services, clock, sink)
+    with capture_logs() as logs:
+        async with running(loop):
+            result = await services.ingest.ingest(inbound("telegram:group/5", "ping"))
+            assert result.decision.job_id is not None
+            await finished(services, result.decision.job_id)
+            await asyncio.wait_for(sink.arrived.wait(), 20)
+    levels = {e["event"]: e["log_level"] for e in logs}
+    assert {"message.ingested", "turn.started", "turn.answered", "delivery.sent"} <= set(levels)
+    assert set(levels.values()) == {"debug"}

@@ -693,3 +693,18 @@ def advance(services: Services, clock: FakeClock, **delta: float) -> None:
     """Move the clock and tell the workers (as their backstop timer would, a second later)."""
     clock.advance(**delta)
     services.signals.turns.wake()
+
+
+async def test_a_finished_turn_wakes_no_claim_when_nothing_is_queued(rig: Rig) -> None:
+    """Under light load a turn costs one claiming transaction: its end does not send the
+    dispatcher to look at an empty queue (a turn queued behind it would: see above)."""
+    gateway = await rig.start(GatedProvider())
+    services, pool = gateway.services, gateway.workers
+    await settled(services, await fire(services, "telegram:group/9", "warm-up"))
+    await eventually(lambda: pool.running_jobs == [], "the warm-up turn's task to end")
+    with statements(services, CLAIM) as claims:
+        for n in range(3):
+            await settled(services, await fire(services, f"telegram:group/{n}", "hi"))
+            await eventually(lambda: pool.running_jobs == [], "the turn's task to end")
+        # Each turn: one transaction that claims it and finds no other (two statements).
+        assert len(claims) == 6, claims

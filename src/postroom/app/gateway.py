@@ -25,7 +25,7 @@ from fastapi import FastAPI
 
 from postroom.api.uploads import UrlFetcher
 from postroom.app.channels import ChannelHost, build_channels
-from postroom.app.metrics import PrometheusMetrics
+from postroom.app.metrics import PrometheusMetrics, TrafficSummary
 from postroom.app.providers import build_providers, close_providers
 from postroom.app.server_client import remove_serve_file, write_serve_file
 from postroom.app.wiring import (
@@ -282,8 +282,10 @@ class Gateway:
                 file_bytes=self.config.limits.file_bytes,
             )
         )
+        summary = TrafficSummary(self.metrics.tally)
         background: list[asyncio.Task[Any]] = [
             asyncio.create_task(self.delivery.run(), name="delivery"),
+            asyncio.create_task(summary.run(), name="traffic-summary"),
             asyncio.create_task(self.scheduler.run(), name="scheduler"),
             asyncio.create_task(self.feed.run(), name="feed"),
         ]
@@ -320,6 +322,7 @@ class Gateway:
             async with asyncio.timeout(5):
                 await self.delivery.deliver_due()
         self.delivery.stop()
+        summary.stop()
         await asyncio.gather(*background, return_exceptions=True)
         with contextlib.suppress(Exception):
             await serving

@@ -87,7 +87,8 @@ async def open_store(data_dir: Path) -> SqliteStore:
             f"No postroom data directory at {data_dir} (no {DATABASE_FILE}); run "
             "`postroom init` first, or pass --data DIR."
         )
-    return await SqliteStore.open(database)
+    # Rows are estimated with the tokenizer compaction counts with (PIPELINE §6).
+    return await SqliteStore.open(database, count_tokens=TokenCounter().count)
 
 
 def queue_settings(config: Config) -> QueueSettings:
@@ -316,7 +317,9 @@ def delivery_loop(
         signals=services.signals,
         clock=services.clock,
         settings=DeliverySettings(
-            backoff_base_s=config.delivery.backoff_base_s, ttl_s=config.delivery.ttl_s
+            backoff_base_s=config.delivery.backoff_base_s,
+            ttl_s=config.delivery.ttl_s,
+            concurrency=config.delivery.concurrency,
         ),
         metrics=metrics,
         health=services.health,

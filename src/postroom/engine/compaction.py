@@ -3,6 +3,11 @@ model's context window, before the next run: (1) a memory flush — the model ex
 facts from the older rows as ``[MEMORY:*]`` lines, which are saved; (2) a summary of all but the
 last ``keep_last`` rows, stored in ``compactions`` and injected into later system prompts. The
 summarized rows are marked compacted, never deleted: the history stays faithful.
+
+The decision reads the conversation's running ``token_estimate`` (each row is estimated once, as
+it joins the conversation), so a turn's cost does not grow with its history. Only past the
+threshold — or when the total is unknown — are the rows read and counted, and the total is
+corrected to what they hold, so a drifted estimate can delay or advance nothing for long.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from postroom.llm.base import ModelRequest, ModelResponse
 from postroom.llm.models import ModelTable
 from postroom.llm.tokenizer import TokenCounter
 from postroom.store.protocol import Store
-from postroom.store.records import JobRecord, RunRecord
+from postroom.store.records import ConversationRecord, JobRecord, RunRecord
 
 __all__ = ["CompactionSettings", "Compactor", "transcript"]
 
@@ -89,17 +94,24 @@ class Compactor:
         return self._models.info(settings.model or settings.provider).context_window
 
     async def compact(
-        self, job: JobRecord, settings: FolderSettings, rows: Sequence[StoredMessage]
+        self, job: JobRecord, settings: FolderSettings, conversation: ConversationRecord | None
     ) -> bool:
-        """Compact the conversation whose un-compacted rows are *rows*, if it is over the
-        threshold; True if it was."""
-        keep = self._settings.keep_last
-        if len(rows) <= keep:
-            return False
+        """Compact *job*'s conversation if its un-compacted rows are over the threshold; True
+        if it was."""
+        limit = self._settings.threshold * self.window_for(settings)
+        if conversation is not None and 0 <= conversation.token_estimate <= limit:
+            return False  # the common case: no row read, none counted
+        async with self._store.read() as tx:
+            current = await tx.get_conversation(job.conversation_id)
+            rows = await tx.uncompacted_messages(job.conversation_id)
         counts = [self._tokens.count(row.content) for row in rows]
         total = sum(counts)
-        limit = self._settings.threshold * self.window_for(settings)
-        if total <= limit:
+        seen = current.token_estimate if current is not None else 0
+        if current is not None and seen != total:
+            async with self._store.write() as tx:
+                await tx.correct_token_estimate(job.conversation_id, seen=seen, actual=total)
+        keep = self._settings.keep_last
+        if len(rows) <= keep or total <= limit:
             return False
         older = rows[:-keep] if keep else rows
         text = transcript(older)
@@ -132,6 +144,7 @@ class Compactor:
                 messages_after=len(rows) - len(older),
                 tokens_saved=max(old_tokens - self._tokens.count(summary_text), 0),
                 now=self._clock(),
+                tokens_compacted=old_tokens,
             )
         log.info("compaction.done", job_id=job.id, facts_saved=saved, rows_compacted=len(older))
         return True

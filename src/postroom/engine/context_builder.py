@@ -117,7 +117,7 @@ class ContextBuilder:
         policy = self._policy(settings)
         read = await self._read(job, policy)
         if self._compactor is not None and await self._compactor.compact(
-            job, settings, read.uncompacted
+            job, settings, read.conversation
         ):
             read = await self._read(job, policy)
         history, compaction, memory = read.history, read.compaction, read.memory
@@ -190,9 +190,8 @@ class ContextBuilder:
         """Everything the request is made of, in one read transaction."""
         async with self._store.read() as tx:
             conversation = await tx.get_conversation(job.conversation_id)
-            uncompacted: list[StoredMessage] = []
-            if self._compactor is not None:
-                uncompacted = await tx.uncompacted_messages(job.conversation_id)
+            # Only the rows the request will hold, newest first through the conversation's
+            # index: the compaction decision needs none of them (it reads a running total).
             rows = await tx.conversation_messages(
                 job.conversation_id, limit=self._settings.max_messages
             )
@@ -226,7 +225,7 @@ class ContextBuilder:
                     m.content for m in history[-5:] if m.message_type is MessageType.USER
                 )
                 memory = await self._memory.for_prompt(tx, job.folder, query)
-        return _Read(conversation, uncompacted, history, compaction, memory, multi_party, blobs)
+        return _Read(conversation, history, compaction, memory, multi_party, blobs)
 
 
 def _new_input(messages: Sequence[ContextMessage]) -> str:
@@ -241,7 +240,6 @@ def _new_input(messages: Sequence[ContextMessage]) -> str:
 @dataclass(frozen=True, slots=True)
 class _Read:
     conversation: ConversationRecord | None
-    uncompacted: list[StoredMessage]
     history: list[StoredMessage]
     compaction: CompactionRecord | None
     memory: PromptMemory | None

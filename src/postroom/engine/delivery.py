@@ -1,10 +1,13 @@
 """The delivery loop: sends outbox rows, once, in order per chat (PIPELINE §3).
 
 For each chat only its oldest pending row is eligible, so chunks and messages arrive in the
-order they were stored; chats are served concurrently. A failed send is retried after
-``backoff_base × 2^n`` (or the platform's ``retry_after``), and abandoned — with a host record
-in the chat's history — once it is older than the TTL, so a restart never floods a chat with
-stale answers. Delivering an agent's reply renews the chat's engagement (ROUTING §4).
+order they were stored. Sends are pipelined: each chat has at most one send in flight, and up
+to ``concurrency`` chats are served at once with no round barrier — a chat whose receiver is
+slow holds only its own rows, and a finished send frees its slot for the next due row at once.
+A failed send is retried after ``backoff_base × 2^n`` (or the platform's ``retry_after``), and
+abandoned — with a host record in the chat's history — once it is older than the TTL, so a
+restart never floods a chat with stale answers. Delivering an agent's reply renews the chat's
+engagement (ROUTING §4).
 """
 
 from __future__ import annotations
@@ -123,7 +126,7 @@ class SinkRouter:
 class DeliverySettings:
     backoff_base_s: float = 2.0
     ttl_s: float = 3600.0
-    concurrency: int = 16
+    concurrency: int = 64
     batch: int = 64
     backstop_s: float = 1.0
     max_backoff_s: float = 300.0
@@ -173,44 +176,126 @@ class DeliveryLoop:
         self._settings = settings
         self._on_sent = on_sent
         self._stopping = asyncio.Event()
+        #: The chat of every send in flight, and its task (one per chat: order is kept).
+        self._in_flight: dict[str, asyncio.Task[None]] = {}
+        #: Choosing rows and marking their chats in flight is one step: a row read as due by
+        #: two overlapping choices (the loop and a round at shutdown) would be sent twice.
+        self._choosing = asyncio.Lock()
+        #: A due row waited for a slot or for its chat's send: a finished send must wake the
+        #: loop. Otherwise it need not, and a quiet server reads nothing after each send.
+        self._held_back = False
+        #: Rows whose send ended while rows were being chosen: a store whose read may yield
+        #: could still show them pending, and they must not go out twice.
+        self._ended_while_choosing: set[int] = set()
         self._limit = asyncio.Semaphore(settings.concurrency)
-        # One round at a time: a row read as due by two overlapping rounds (the loop and a
-        # final round at shutdown) would be sent twice.
-        self._round = asyncio.Lock()
+        #: Chats whose last send crashed (its row could not be marked): left alone until the
+        #: loop's time (``loop.time()``) given, so a failing store is not hammered.
+        self._resting: dict[str, float] = {}
 
     def stop(self) -> None:
         self._stopping.set()
         self._signals.deliveries.wake()
 
     async def run(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                if await self.deliver_due():
-                    continue
-                wait = await self._idle_for()
-            except Exception:
-                # A store error must not end delivery for the rest of the process's life.
-                log.exception("delivery.round_failed")
-                wait = self._settings.backstop_s
-            await self._signals.deliveries.wait(wait)
+        """Send due rows as slots free up, until stopped; then wait for the sends in flight."""
+        try:
+            while not self._stopping.is_set():
+                try:
+                    wait = await self._dispatch()
+                except Exception:
+                    # A store error must not end delivery for the rest of the process's life.
+                    log.exception("delivery.round_failed")
+                    wait = self._settings.backstop_s
+                await self._signals.deliveries.wait(wait)
+        finally:
+            await self._drain()
 
     async def deliver_due(self) -> bool:
-        """Send one round of due rows (at most one per chat); True if there were any."""
-        async with self._round:
+        """Send one round of due rows (at most one per chat, none of a chat with a send in
+        flight) and wait for those sends; True if there were any."""
+        async with self._choosing:
+            self._ended_while_choosing.clear()
             async with self._store.read() as tx:
                 due = await tx.due_deliveries(now=self._clock(), limit=self._settings.batch)
-            if not due:
-                return False
-            await asyncio.gather(*(self._send(d) for d in due))
-            return True
+                started = [self._start(d) for d in due if self._free(d)]
+        if started:
+            await asyncio.gather(*started, return_exceptions=True)
+        return bool(started)
 
-    async def _idle_for(self) -> float:
-        async with self._store.read() as tx:
-            upcoming = await tx.next_delivery_due()
+    async def _dispatch(self) -> float:
+        """Start a send for each due row whose chat is free, while slots are free; how long
+        the loop may sleep before a row comes due (a finished send or new row wakes it)."""
+        async with self._choosing:
+            now = self._clock()
+            free = self._settings.concurrency - len(self._in_flight)
+            self._held_back = False
+            self._ended_while_choosing.clear()
+            async with self._store.read() as tx:
+                due: list[DeliveryRecord] = []
+                if free > 0:
+                    # The chats in flight still have their row pending: ask for them too.
+                    due = await tx.due_deliveries(
+                        now=now, limit=min(self._settings.batch, free) + len(self._in_flight)
+                    )
+                    for delivery in due:
+                        if not self._free(delivery):
+                            self._held_back = True
+                        elif free > 0:
+                            self._start(delivery)
+                            free -= 1
+                if free <= 0:
+                    self._held_back = True
+                    return self._settings.backstop_s
+                upcoming = await tx.next_delivery_due(after=now)
         wait = self._settings.backstop_s
         if upcoming is not None:
-            wait = min(wait, max((upcoming - self._clock()).total_seconds(), 0.0))
+            wait = min(wait, max((upcoming - now).total_seconds(), 0.0))
+        if self._resting:
+            soonest = min(self._resting.values()) - asyncio.get_running_loop().time()
+            wait = min(wait, max(soonest, 0.0))
         return wait
+
+    def _free(self, delivery: DeliveryRecord) -> bool:
+        until = self._resting.get(delivery.chat_jid)
+        if until is not None:
+            if asyncio.get_running_loop().time() < until:
+                return False
+            del self._resting[delivery.chat_jid]
+        return (
+            delivery.chat_jid not in self._in_flight
+            and delivery.id not in self._ended_while_choosing
+        )
+
+    def _start(self, delivery: DeliveryRecord) -> asyncio.Task[None]:
+        task = asyncio.create_task(self._send(delivery), name=f"deliver-{delivery.id}")
+        self._in_flight[delivery.chat_jid] = task
+        task.add_done_callback(lambda done: self._finished(delivery, done))
+        return task
+
+    def _finished(self, delivery: DeliveryRecord, task: asyncio.Task[None]) -> None:
+        if self._in_flight.get(delivery.chat_jid) is task:
+            del self._in_flight[delivery.chat_jid]
+        if self._choosing.locked():
+            self._ended_while_choosing.add(delivery.id)
+        crashed = not task.cancelled() and task.exception() is not None
+        if crashed:
+            # The row stays pending and is sent again (the same row: a sink's idempotency key
+            # is made of it) once the chat has rested; the other chats go on meanwhile.
+            log.error("delivery.send_crashed", delivery_id=delivery.id, exc_info=task.exception())
+            rest_s = self._settings.backstop_s
+            self._resting[delivery.chat_jid] = asyncio.get_running_loop().time() + rest_s
+        # More of this message's chunks, or a row that waited: the loop has work now.
+        if (
+            self._held_back
+            or crashed
+            or self._choosing.locked()
+            or delivery.chunk + 1 < delivery.chunks
+        ):
+            self._signals.deliveries.wake()
+
+    async def _drain(self) -> None:
+        if self._in_flight:
+            await asyncio.gather(*self._in_flight.values(), return_exceptions=True)
 
     async def _send(self, delivery: DeliveryRecord) -> None:
         async with self._limit:
@@ -262,7 +347,7 @@ class DeliveryLoop:
         self._metrics.delivery("sent")
         if self._health is not None:
             self._health.sent(delivery.chat_jid)
-        log.info(
+        log.debug(
             "delivery.sent",
             delivery_id=delivery.id,
             message_id=delivery.message_id,
@@ -296,6 +381,8 @@ class DeliveryLoop:
         self._metrics.delivery("retried")
         if self._health is not None:
             self._health.failed(delivery.chat_jid, str(error))
+        # The loop may be asleep past the new try.
+        self._signals.deliveries.wake()
         log.warning(
             "delivery.failed",
             delivery_id=delivery.id,

@@ -171,7 +171,7 @@ class Ingestor:
                 )
         self._after_commit(effects)
         self._metrics.message_in(decision.action.value, decision.layer.value)
-        log.info(
+        log.debug(
             "message.ingested",
             message_id=message.id,
             chat_jid=message.chat_jid,

@@ -33,6 +33,7 @@ from postroom.engine.skills import SkillLimits, SkillService
 from postroom.engine.tasks import DEFAULT_TICK_S, TaskService
 from postroom.engine.tokens import TokenService
 from postroom.engine.turns import QueueSettings, TurnService
+from postroom.llm.tokenizer import TokenCounter
 from postroom.store.protocol import Store
 from postroom.store.sqlite import SqliteStore
 
@@ -157,7 +158,7 @@ class Services:
         access: AccessPolicy | None = None,
         model_overrides: ModelOverrides | None = None,
     ) -> Services:
-        store = await SqliteStore.open(database)
+        store = await SqliteStore.open(database, count_tokens=TokenCounter().count)
         return cls.build(
             store,
             folders_dir=folders_dir,

@@ -71,6 +71,9 @@ class _Running:
     token: str
     task: asyncio.Task[None] | None = None
     reason: str = ""
+    #: Whether its end must wake the claimer: False once its answer's transaction saw no turn
+    #: of its conversation queued behind it (the common case: no empty claim after a turn).
+    wake_on_end: bool = True
 
     def cancel(self, reason: str) -> None:
         self.reason = self.reason or reason
@@ -131,6 +134,9 @@ class WorkerPool:
         #: Turn tasks not yet ended (``_running`` may hold a requeued job's newer entry).
         self._busy = 0
         self._workers: list[asyncio.Task[None]] = []
+        #: More turns may be claimable once a slot frees: the last claim filled every slot it
+        #: asked for, or a wake-up came while the slots were full.
+        self._more_may_be_due = False
         self._stopping = False
         signals.on_cancel(self._cancel)
 
@@ -185,6 +191,7 @@ class WorkerPool:
             free = limit - self._busy
             if free <= 0:
                 # A finishing turn wakes us; the timer is only a backstop.
+                self._more_may_be_due = True
                 await self._signals.turns.wait(self._queue.backstop_s)
                 continue
             try:
@@ -197,6 +204,7 @@ class WorkerPool:
                 continue
             for job in jobs:
                 self._start(job)
+            self._more_may_be_due = len(jobs) >= free
             if len(jobs) < free:
                 await self._signals.turns.wait(self._idle_for(due))
 
@@ -214,7 +222,8 @@ class WorkerPool:
         if self._running.get(job_id) is entry:
             del self._running[job_id]
         # A slot is free, and the conversation's next turn may be claimable now.
-        self._signals.turns.wake()
+        if entry.wake_on_end or self._more_may_be_due or self._stopping:
+            self._signals.turns.wake()
 
     async def _claim(self, want: int) -> tuple[list[JobRecord], datetime | None]:
         """Up to *want* turns; and, if there were fewer, when the next one comes due."""
@@ -264,7 +273,7 @@ class WorkerPool:
         token = job.lease_token
         settings = await self._settings(job)
         chats = reply_chats(job)
-        log.info("turn.started", job_id=job.id, folder=job.folder, chat_jid=job.chat_jid)
+        log.debug("turn.started", job_id=job.id, folder=job.folder, chat_jid=job.chat_jid)
         helpers = [
             asyncio.create_task(self._keep_lease(job.id, token, entry), name=f"lease-{job.id}"),
         ]
@@ -437,8 +446,17 @@ class WorkerPool:
                 raise _LeaseLost
             if job.task_id is not None:
                 await tx.update_task(job.task_id, last_status="ok")
+            # In the same transaction as the end of the turn: a turn queued behind it later
+            # than this finds no running turn, so it is claimable and its enqueue wakes us.
+            behind = any(
+                other.status is JobStatus.QUEUED
+                for other in await tx.open_jobs(job.conversation_id)
+            )
+        entry = self._running.get(job.id)
+        if entry is not None and entry.token == token:
+            entry.wake_on_end = behind or bool(committed.actions) or bool(committed.delegated)
         self._metrics.turn("ok", elapsed_ms / 1000)
-        log.info(
+        log.debug(
             "turn.answered",
             job_id=job.id,
             run_id=committed.run_id,

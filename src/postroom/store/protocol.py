@@ -162,7 +162,12 @@ class StoreTx(Protocol):
         ...
 
     async def insert_message(self, message: NewMessage) -> int:
-        """Store a message and return its ``seq``."""
+        """Store a message and return its ``seq``.
+
+        A row of a conversation that may enter a context has its tokens estimated here, once,
+        and added to the conversation's ``token_estimate`` (the compaction decision reads that
+        total, never the rows). Observed rows are estimated when they join a conversation.
+        """
         ...
 
     async def list_messages(
@@ -233,7 +238,8 @@ class StoreTx(Protocol):
     async def update_message(
         self, message_id: str, chat_jid: str, *, content: str, metadata: Mapping[str, Any]
     ) -> None:
-        """Replace a message's content and metadata (enrichment: a voice note's transcript)."""
+        """Replace a message's content and metadata (enrichment: a voice note's transcript),
+        keeping its conversation's ``token_estimate`` true."""
         ...
 
     # -- conversations and the turn queue ------------------------------------------------------
@@ -340,7 +346,9 @@ class StoreTx(Protocol):
 
     async def abandon_delivery(self, delivery_id: int, *, now: datetime, error: str) -> None: ...
 
-    async def next_delivery_due(self) -> datetime | None: ...
+    async def next_delivery_due(self, *, after: datetime | None = None) -> datetime | None:
+        """When the next pending delivery comes due (after *after*, if given)."""
+        ...
 
     async def list_deliveries(
         self,
@@ -404,8 +412,16 @@ class StoreTx(Protocol):
         messages_after: int,
         tokens_saved: int,
         now: datetime,
+        tokens_compacted: int = 0,
     ) -> int:
-        """Store a summary and mark the rows it covers compacted (marked, never deleted)."""
+        """Store a summary and mark the rows it covers compacted (marked, never deleted);
+        *tokens_compacted* (their estimate) leaves the conversation's ``token_estimate``."""
+        ...
+
+    async def correct_token_estimate(self, conversation_id: int, *, seen: int, actual: int) -> None:
+        """The rows of a conversation were counted again and hold *actual* tokens where its
+        ``token_estimate`` said *seen* (-1: unknown): move the total by the difference (rows
+        stored meanwhile keep their share)."""
         ...
 
     async def latest_compaction(self, conversation_id: int) -> CompactionRecord | None: ...

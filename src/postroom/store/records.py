@@ -144,6 +144,9 @@ class ConversationRecord:
     #: ``None`` for a shared conversation (every chat routed to the folder).
     chat_jid: str | None
     generation: int
+    #: The tokens of its rows that may enter a context and are not compacted, kept as rows
+    #: come and go (PIPELINE §6); -1 while unknown (a conversation older than the estimate).
+    token_estimate: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ __all__ = [
     "Statements",
     "ThreadedConnection",
     "base64_bytes",
+    "estimate_tokens",
     "sha256",
     "sha256_hex",
 ]
@@ -180,11 +181,20 @@ class InlineConnection:
         self._conn.close()
 
 
+def estimate_tokens(text: str) -> int:
+    """Four characters a token: the estimate of a store given no tokenizer (PIPELINE §6)."""
+    return (len(text) + 3) // 4
+
+
 class Statements:
     """Raw SQL on one connection, inside the transaction the store opened."""
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(
+        self, conn: Connection, count_tokens: Callable[[str], int] = estimate_tokens
+    ) -> None:
         self._conn = conn
+        #: Estimates a row's tokens when it joins a conversation (once per row).
+        self._count_tokens = count_tokens
 
     async def _all(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
         try:

@@ -111,9 +111,10 @@ class ChatStatements(Statements):
 
     async def get_conversation(self, conversation_id: int) -> ConversationRecord | None:
         row = await self._one(
-            "SELECT id, folder, topic, chat_jid, generation FROM conversations WHERE id = ?",
+            "SELECT id, folder, topic, chat_jid, generation, token_estimate FROM conversations "
+            "WHERE id = ?",
             (conversation_id,),
         )
         if row is None:
             return None
-        return ConversationRecord(row[0], row[1], row[2], row[3], row[4])
+        return ConversationRecord(row[0], row[1], row[2], row[3], row[4], row[5])

@@ -120,6 +120,7 @@ class MemoryStatements(Statements):
         messages_after: int,
         tokens_saved: int,
         now: datetime,
+        tokens_compacted: int = 0,
     ) -> int:
         row = await self._one(
             "INSERT INTO compactions (conversation_id, summary, up_to_seq, messages_before, "
@@ -139,7 +140,19 @@ class MemoryStatements(Statements):
             "AND compacted = 0",
             (conversation_id, up_to_seq),
         )
+        await self._run(
+            "UPDATE conversations SET token_estimate = MAX(token_estimate - ?, 0) "
+            "WHERE id = ? AND token_estimate >= 0",
+            (tokens_compacted, conversation_id),
+        )
         return int(row[0])
+
+    async def correct_token_estimate(self, conversation_id: int, *, seen: int, actual: int) -> None:
+        await self._run(
+            "UPDATE conversations SET token_estimate = CASE WHEN token_estimate < 0 THEN ? "
+            "ELSE MAX(token_estimate + ?, 0) END WHERE id = ?",
+            (actual, 0 if seen < 0 else actual - seen, conversation_id),
+        )
 
     async def latest_compaction(self, conversation_id: int) -> CompactionRecord | None:
         row = await self._one(

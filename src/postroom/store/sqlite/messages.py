@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from postroom.core.decision import ReplyTarget
-from postroom.core.messages import MessageType, StoredMessage
+from postroom.core.messages import CONTEXT_TYPES, MessageType, StoredMessage
 from postroom.store.protocol import PriorOutcome, TurnRow
 from postroom.store.records import DropRecord, NewMessage
 from postroom.store.sqlite.base import Statements
@@ -88,7 +88,27 @@ class MessageStatements(Statements):
                 None if message.decision is None else dump_json(dict(message.decision)),
             ),
         )
+        if message.conversation_id is not None:
+            tokens = self._context_tokens(message.message_type, message.metadata, message.content)
+            await self._add_tokens(message.conversation_id, tokens)
         return int(row[0])
+
+    def _context_tokens(
+        self, message_type: MessageType, metadata: Mapping[str, Any], content: str
+    ) -> int:
+        """The estimate a row adds to its conversation: 0 unless it may enter a context."""
+        if message_type not in CONTEXT_TYPES or metadata.get("command"):
+            return 0
+        return self._count_tokens(content)
+
+    async def _add_tokens(self, conversation_id: int, tokens: int) -> None:
+        # A negative estimate is unknown: it is counted in full when compaction next looks.
+        if tokens:
+            await self._run(
+                "UPDATE conversations SET token_estimate = token_estimate + ? "
+                "WHERE id = ? AND token_estimate >= 0",
+                (tokens, conversation_id),
+            )
 
     async def list_messages(
         self,
@@ -172,19 +192,24 @@ class MessageStatements(Statements):
         max_chars: int,
     ) -> int:
         rows = await self._all(
-            "SELECT id, length(content) FROM messages WHERE routed_to = ? AND chat_jid = ? "
-            "AND observed = 1 AND conversation_id IS NULL AND skipped = 0 ORDER BY seq DESC",
+            "SELECT id, content, message_type, metadata FROM messages WHERE routed_to = ? "
+            "AND chat_jid = ? AND observed = 1 AND conversation_id IS NULL AND skipped = 0 "
+            "ORDER BY seq DESC",
             (folder, chat_jid),
         )
         if not rows:
             return 0
         taken: list[str] = []
-        used = 0
-        for message_id, length in rows:
-            if len(taken) >= max_messages or used + (length or 0) > max_chars:
+        used = tokens = 0
+        for message_id, content, message_type, metadata in rows:
+            length = len(content or "")
+            if len(taken) >= max_messages or used + length > max_chars:
                 break
             taken.append(message_id)
-            used += length or 0
+            used += length
+            tokens += self._context_tokens(
+                MessageType(message_type), load_object(metadata), content or ""
+            )
         left = [row[0] for row in rows[len(taken) :]]
         await self._many(
             "UPDATE messages SET conversation_id = ? WHERE id = ? AND chat_jid = ?",
@@ -194,6 +219,7 @@ class MessageStatements(Statements):
             "UPDATE messages SET skipped = 1 WHERE id = ? AND chat_jid = ?",
             ((message_id, chat_jid) for message_id in left),
         )
+        await self._add_tokens(conversation_id, tokens)
         return len(taken)
 
     async def get_message(self, message_id: str, chat_jid: str) -> StoredMessage | None:
@@ -206,6 +232,16 @@ class MessageStatements(Statements):
     async def update_message(
         self, message_id: str, chat_jid: str, *, content: str, metadata: Mapping[str, Any]
     ) -> None:
+        before = await self._one(
+            "SELECT message_type, metadata, content, conversation_id, compacted, observed "
+            "FROM messages WHERE id = ? AND chat_jid = ?",
+            (message_id, chat_jid),
+        )
+        if before is not None and before[3] is not None and not before[4]:
+            kind = MessageType(before[0])
+            was = self._context_tokens(kind, load_object(before[1]), before[2] or "")
+            now = self._context_tokens(kind, metadata, content)
+            await self._add_tokens(before[3], now - was)
         await self._run(
             "UPDATE messages SET content = ?, metadata = ? WHERE id = ? AND chat_jid = ?",
             (content, dump_json(dict(metadata)), message_id, chat_jid),

@@ -85,8 +85,11 @@ class OutboxStatements(Statements):
             (to_iso(now), error, delivery_id),
         )
 
-    async def next_delivery_due(self) -> datetime | None:
-        row = await self._one("SELECT MIN(next_try) FROM deliveries WHERE status = 'pending'")
+    async def next_delivery_due(self, *, after: datetime | None = None) -> datetime | None:
+        row = await self._one(
+            "SELECT MIN(next_try) FROM deliveries WHERE status = 'pending' AND next_try > ?",
+            (to_iso(after) if after is not None else "",),
+        )
         return from_iso(row[0]) if row and row[0] else None
 
     async def list_deliveries(

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from postroom.store.protocol import StoreTx
 from postroom.store.sqlite.access import AccessStatements
-from postroom.store.sqlite.base import InlineConnection, ThreadedConnection
+from postroom.store.sqlite.base import InlineConnection, ThreadedConnection, estimate_tokens
 from postroom.store.sqlite.blobs import BlobStatements
 from postroom.store.sqlite.catalog import CatalogStatements
 from postroom.store.sqlite.chats import ChatStatements
@@ -67,8 +67,10 @@ class SqliteStore:
         maintenance: ThreadedConnection,
         wal: WalLimits | None = None,
         page_size: int = 4096,
+        count_tokens: Callable[[str], int] = estimate_tokens,
     ) -> None:
         self.path = path
+        self._count_tokens = count_tokens
         self._writer = writer
         self._reader = reader
         self._maintenance = maintenance
@@ -94,12 +96,14 @@ class SqliteStore:
         *,
         trace: Callable[[str], None] | None = None,
         wal: WalLimits | None = None,
+        count_tokens: Callable[[str], int] = estimate_tokens,
     ) -> SqliteStore:
         """Open (creating if needed) the database at *path* and bring its schema up to date.
 
         *trace*, if given, receives every SQL statement the write connection runs (after
         migrations): a debugging aid, and how tests count transactions. *wal* sets when the
-        write-ahead log is checkpointed and truncated (see ``wal``).
+        write-ahead log is checkpointed and truncated (see ``wal``). *count_tokens* estimates
+        the tokens of a row as it joins a conversation (the compaction decision's total).
         """
         path = Path(path)
         limits = wal or WalLimits()
@@ -108,6 +112,7 @@ class SqliteStore:
         maintenance = await ThreadedConnection.open(path)
         try:
             await apply_migrations(maintenance)
+            await _unknown_token_estimates(maintenance)
             # From now on it only checkpoints: waiting long for readers would hold up writers.
             await maintenance.run(f"PRAGMA busy_timeout = {int(limits.busy_ms)}")
             ((page_size,),) = await maintenance.fetchall("PRAGMA page_size")
@@ -125,6 +130,7 @@ class SqliteStore:
             maintenance=maintenance,
             wal=limits,
             page_size=int(page_size),
+            count_tokens=count_tokens,
         )
 
     async def __aenter__(self) -> SqliteStore:
@@ -173,7 +179,7 @@ class SqliteStore:
             if savepoint:
                 await self._writer.run("SAVEPOINT tx")
             try:
-                yield SqliteTx(self._writer)
+                yield SqliteTx(self._writer, self._count_tokens)
             except BaseException:
                 self._undo(group, savepoint=savepoint)
                 raise
@@ -247,6 +253,24 @@ class SqliteStore:
         async with self._read_lock:
             await self._reader.run("BEGIN")
             try:
-                yield SqliteTx(self._reader)
+                yield SqliteTx(self._reader, self._count_tokens)
             finally:
                 await self._reader.run("ROLLBACK")
+
+
+async def _unknown_token_estimates(conn: ThreadedConnection) -> None:
+    """Conversations from before running token estimates were kept say -1 (unknown), once, so
+    compaction counts their rows the first time it looks instead of trusting a zero."""
+    if await conn.fetchall("SELECT 1 FROM meta WHERE key = 'token_estimates'"):
+        return  # the common case: no write lock taken
+    await conn.run("BEGIN IMMEDIATE")
+    try:
+        if await conn.run(
+            "INSERT INTO meta (key, value) VALUES ('token_estimates', '1') "
+            "ON CONFLICT (key) DO NOTHING"
+        ):
+            await conn.run("UPDATE conversations SET token_estimate = -1")
+    except BaseException:
+        await conn.run("ROLLBACK")
+        raise
+    await conn.run("COMMIT")
