@@ -13,6 +13,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from postroom.core.access import Role
 from postroom.core.messages import MessageType, Verb
 
 __all__ = [
@@ -38,12 +39,14 @@ class Action(StrEnum):
 
 
 class Layer(StrEnum):
+    ACCESS = "access"
     OPERATOR = "operator"
     ENGAGEMENT = "engagement"
     REPLY_CHAIN = "reply_chain"
     STICKY = "sticky"
     ROUTE = "route"
     COMMAND = "command"
+    LIMIT = "limit"
     MISS = "miss"
     OWN = "own"
     DUPLICATE = "duplicate"
@@ -52,6 +55,9 @@ class Layer(StrEnum):
 class DropReason(StrEnum):
     NO_ROUTE = "no_route"
     FOLDER_MISSING = "folder_missing"
+    NOT_ADMITTED = "not_admitted"
+    PAIRING_PENDING = "pairing_pending"
+    BLOCKED = "blocked"
 
 
 class CommandKind(StrEnum):
@@ -147,6 +153,10 @@ class Decision:
     drop: DropReason | None = None
     #: The fired folder does not exist yet: create it under this ``{sender}`` template parent.
     create_from_template: str | None = None
+    #: The role of the principal that admitted the sender (ROUTING §8), if one did.
+    role: Role | None = None
+    #: Admission refused a stranger's DM and a pairing code is to be sent to the chat.
+    send_code: bool = False
 
     @property
     def reason(self) -> str:
