@@ -132,6 +132,8 @@ def build_services(
         tick_s=config.scheduler.tick_s,
         api_token=config.api.token,
         providers=config.provider_names(),
+        access=config.access.policy(),
+        model_overrides=config.model_overrides(),
         skills=SkillLimits(
             max_per_run=config.skills.max_per_run, max_chars=config.skills.max_chars
         ),

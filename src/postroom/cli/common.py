@@ -156,6 +156,8 @@ async def services_for(cli: CliContext, *, require: bool = True) -> AsyncIterato
         owners=frozenset(config.owners.senders),
         tick_s=config.scheduler.tick_s,
         providers=config.provider_names(),
+        access=config.access.policy(),
+        model_overrides=config.model_overrides(),
     )
     try:
         yield services

@@ -11,7 +11,7 @@ import typer
 
 from postroom import __version__
 from postroom.app.detect import ECHO_HINT, detect_provider
-from postroom.cli import folders, jobs, messages, routes, skills, tasks, tokens
+from postroom.cli import access, folders, jobs, messages, routes, skills, tasks, tokens
 from postroom.cli.channels import channels
 from postroom.cli.chat import chat
 from postroom.cli.common import (
@@ -50,6 +50,7 @@ app.add_typer(jobs.app, name="jobs")
 app.add_typer(jobs.runs_app, name="runs")
 app.add_typer(tasks.app, name="tasks")
 app.add_typer(tokens.app, name="tokens")
+app.add_typer(access.app, name="access")
 app.add_typer(skills.app, name="skills")
 messages.register(app)
 app.command("serve")(serve)

@@ -13,6 +13,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from postroom.core.access import Role
 from postroom.core.messages import MessageType, Verb
 
 __all__ = [
@@ -38,6 +39,7 @@ class Action(StrEnum):
 
 
 class Layer(StrEnum):
+    ACCESS = "access"
     OPERATOR = "operator"
     ENGAGEMENT = "engagement"
     REPLY_CHAIN = "reply_chain"
@@ -54,6 +56,9 @@ class Layer(StrEnum):
 class DropReason(StrEnum):
     NO_ROUTE = "no_route"
     FOLDER_MISSING = "folder_missing"
+    NOT_ADMITTED = "not_admitted"
+    PAIRING_PENDING = "pairing_pending"
+    BLOCKED = "blocked"
 
 
 class CommandKind(StrEnum):
@@ -149,6 +154,12 @@ class Decision:
     drop: DropReason | None = None
     #: The fired folder does not exist yet: create it under this ``{sender}`` template parent.
     create_from_template: str | None = None
+    #: The role of the principal that admitted the sender (ROUTING §8), if one did.
+    role: Role | None = None
+    #: Observed by the chat's turn limit (layer ``limit``), not by a folder's budget.
+    rate_limited: bool = False
+    #: Admission refused a stranger's DM and a pairing code is to be sent to the chat.
+    send_code: bool = False
 
     @property
     def reason(self) -> str:
@@ -172,6 +183,7 @@ class Decision:
             self,
             action=Action.OBSERVE,
             layer=Layer.LIMIT,
+            rate_limited=True,
             trail=(
                 *self.trail,
                 f"the chat fired {turns_per_minute} turns in the last 60 s "

@@ -26,6 +26,7 @@ def build_inbound(
     reply_to: str | None = None,
     mentioned: bool = False,
     is_from_me: bool = False,
+    is_dm: bool = False,
     message_id: str | None = None,
     sender_name: str = "",
     timestamp: datetime | None = None,
@@ -51,5 +52,6 @@ def build_inbound(
         verb=Verb(verb),
         mentioned=mentioned,
         is_from_me=is_from_me,
+        is_dm=is_dm,
         attachments=tuple(attachments),
     )

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import deque
 from datetime import datetime
 
+from postroom.core.access import Role
 from postroom.core.decision import Action, Decision
 from postroom.core.jid import split_jid
 
@@ -82,6 +83,7 @@ class TurnLimiter:
     def _applies(self, decision: Decision, chat_jid: str, sender: str) -> bool:
         return (
             decision.action is Action.FIRE
+            and decision.role is not Role.OWNER
             and sender not in self._owners
             and split_jid(chat_jid)[0] != _OPERATOR_PLATFORM
         )

@@ -19,6 +19,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from postroom.store.protocol import StoreTx
+from postroom.store.sqlite.access import AccessStatements
 from postroom.store.sqlite.base import InlineConnection, ThreadedConnection, estimate_tokens
 from postroom.store.sqlite.blobs import BlobStatements
 from postroom.store.sqlite.catalog import CatalogStatements
@@ -48,6 +49,7 @@ class SqliteTx(
     RunStatements,
     MemoryStatements,
     TokenStatements,
+    AccessStatements,
     SkillStatements,
     BlobStatements,
     StoreTx,
