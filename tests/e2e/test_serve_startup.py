@@ -159,5 +159,6 @@ def test_ctrl_c_during_start_up_ends_it_without_a_traceback(data_dir: Path, afte
     process.stderr.close()
     # 0 after a graceful stop; 130 (or the signal itself) when interrupted while starting.
     assert code in (0, 130, -signal.SIGINT), (code, errors)
-    assert "Traceback" not in errors, errors
+    # (A Ctrl-C while the interpreter itself starts, before any of postroom runs, is Python's.)
+    assert "Traceback" not in errors or "/postroom/" not in errors, errors
     assert not (data_dir / "serve.json").exists()

@@ -268,9 +268,7 @@ class Ingestor:
                 decision = replace(decision, ack=ack)
         row = _stored_form(message, decision, conversation_id, attachments)
         seq = await tx.insert_message(row)
-        if decision.layer is Layer.LIMIT and self._router.limiter.claim_notice(
-            message.chat_jid, now
-        ):
+        if decision.rate_limited and self._router.limiter.claim_notice(message.chat_jid, now):
             await post_notice(
                 tx,
                 message.chat_jid,
