@@ -11,7 +11,7 @@ import typer
 
 from postroom import __version__
 from postroom.app.detect import ECHO_HINT, detect_provider
-from postroom.cli import folders, jobs, messages, routes, skills, tasks, tokens
+from postroom.cli import access, folders, jobs, messages, routes, skills, tasks, tokens
 from postroom.cli.channels import channels
 from postroom.cli.chat import chat
 from postroom.cli.common import (
@@ -37,6 +37,7 @@ from postroom.config import (
 )
 from postroom.core.errors import PostroomError
 from postroom.engine.bootstrap import bootstrap
+from postroom.engine.files import create_file, make_private_dir
 from postroom.logs import configure_logging
 
 __all__ = ["app", "main"]
@@ -56,6 +57,7 @@ app.add_typer(jobs.app, name="jobs")
 app.add_typer(jobs.runs_app, name="runs")
 app.add_typer(tasks.app, name="tasks")
 app.add_typer(tokens.app, name="tokens")
+app.add_typer(access.app, name="access")
 app.add_typer(skills.app, name="skills")
 messages.register(app)
 app.command("serve")(serve)
@@ -119,7 +121,7 @@ def init(
     async def body() -> dict[str, object]:
         if database is not None and not is_database_url(database):
             raise PostroomError("--database must be a postgresql:// URL.")
-        cli.data_dir.mkdir(parents=True, exist_ok=True)
+        make_private_dir(cli.data_dir)
         path = config_path(cli)
         token: str | None = None
         wrote_config = False
@@ -127,17 +129,16 @@ def init(
         if not path.exists():
             detected = detect_provider(os.environ)
             token = secrets.token_urlsafe(32)
-            path.write_text(
+            wrote_config = create_file(
+                path,
                 initial_config_text(
                     token=token,
                     provider=detected.provider,
                     provider_model=detected.model,
                     database_url=database,
                 ),
-                "utf-8",
             )
-            path.chmod(0o600)
-            wrote_config = True
+            token = token if wrote_config else None
         elif database is not None:
             add_database_url(path, cli.config().database.url, database)
         configured = cli.config().database.url
@@ -178,7 +179,7 @@ def init(
     else:
         stdout.print("The folders and routes were already set up; nothing changed.")
     stdout.print(
-        "Next: postroom serve, then open http://127.0.0.1:8484 (operator view: add ?token=<token>)."
+        "Next: postroom serve, then open http://127.0.0.1:8484 (operator view: add #token=<token>)."
     )
 
 

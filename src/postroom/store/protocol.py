@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
+from postroom.core.access import PairingState, Principal, Role
 from postroom.core.attachments import Blob
 from postroom.core.decision import ChatState, ReplyTarget
 from postroom.core.folders import Folder
@@ -32,6 +33,7 @@ from postroom.store.records import (
     NewJob,
     NewMessage,
     NodeRecord,
+    PairingRequest,
     RouteAuditRecord,
     RouteRecord,
     RouteSpec,
@@ -488,6 +490,69 @@ class StoreTx(Protocol):
     async def shared_secret(self, name: str, *, new: str) -> str:
         """The secret stored under *name*, storing *new* first if there is none (every node
         then signs cookies and sessions with the same key)."""
+
+    # -- admission (ROUTING §8) and daily budgets ---------------------------------------------
+    async def list_principals(self) -> list[Principal]: ...
+
+    async def get_principal(self, principal_id: int) -> Principal | None: ...
+
+    async def find_principal(self, pattern: str) -> Principal | None:
+        """The principal of exactly this pattern text."""
+        ...
+
+    async def insert_principal(
+        self, pattern: str, role: Role, *, note: str, created_at: datetime, created_by: str
+    ) -> int: ...
+
+    async def set_principal_role(self, principal_id: int, role: Role, *, note: str) -> None: ...
+
+    async def delete_principal(self, principal_id: int) -> bool: ...
+
+    async def add_access_audit(
+        self,
+        *,
+        at: datetime,
+        actor: str,
+        action: str,
+        principal_id: int | None = None,
+        code: str | None = None,
+        before: Any = None,
+        after: Any = None,
+    ) -> None: ...
+
+    async def pairing_state(self, chat_jid: str, platform: str, *, now: datetime) -> PairingState:
+        """Whether the chat holds an unexpired code, and the platform's pending count."""
+        ...
+
+    async def insert_pairing(self, request: PairingRequest) -> None:
+        """Store a new request (expired ones are cleared first)."""
+        ...
+
+    async def code_in_use(self, code: str) -> bool: ...
+
+    async def list_pairings(self, *, now: datetime) -> list[PairingRequest]:
+        """Pending, unexpired requests, oldest first."""
+        ...
+
+    async def get_pairing(self, code: str, *, now: datetime) -> PairingRequest | None:
+        """A pending, unexpired request."""
+        ...
+
+    async def close_pairing(self, code: str, *, denied: bool) -> None:
+        """Approved: the request goes. Denied: it stays, marked, until it expires (the chat is
+        not offered another code within the TTL)."""
+        ...
+
+    async def cost_since(self, folder: str, since: datetime) -> tuple[float, int]:
+        """The priced cost of the runs of a folder's tree since *since*, and how many of those
+        runs had no price."""
+        ...
+
+    async def claim_budget_notice(
+        self, chat_jid: str, folder: str, *, now: datetime, interval_s: float
+    ) -> bool:
+        """True (and remember *now*) when the chat was not told about the folder's budget for
+        *interval_s*."""
         ...
 
     # -- skills (MESSAGES §4) ---------------------------------------------------------------------

@@ -29,6 +29,7 @@ from postroom.store.records import (
     TaskRecord,
     UsageRow,
 )
+from postroom.store.sqlite.access import AccessStatements
 from postroom.store.sqlite.base import estimate_tokens
 from postroom.store.sqlite.blobs import BlobStatements
 from postroom.store.sqlite.catalog import CatalogStatements
@@ -64,6 +65,7 @@ class PgTx(
     TokenStatements,
     SkillStatements,
     BlobStatements,
+    AccessStatements,
     NodeStatements,
     SingleServerStatements,
     StoreTx,
