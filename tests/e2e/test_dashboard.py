@@ -573,6 +573,8 @@ def test_screenshots_of_every_page(rig: Rig) -> None:
     rig.api("POST", "/api/v1/access", json={"pattern": "telegram:8*", "role": "member"})
     blocked = {"pattern": "sms:555", "role": "blocked", "note": "spam"}
     rig.api("POST", "/api/v1/access", json=blocked)
+    for folder, budget in (("atlas", 1.0), ("main", 0.25)):  # one in hand, one used up
+        rig.api("PATCH", f"/api/v1/folders/{folder}", json={"budget_per_day": budget})
     page = rig.page()
     for name, path in PAGES:
         page.goto(rig.url + path)
