@@ -211,6 +211,8 @@ class LimitsConfig(_Section):
     image_bytes: Count = 5242880
     #: One attachment that is not an image (a PDF, a text file, a voice note).
     file_bytes: Count = 20971520
+    #: PIPELINE §1 item 7: turns non-owners may fire in one chat in any 60 s.
+    turns_per_minute: Count = 20
 
 
 class SchedulerConfig(_Section):
@@ -344,6 +346,15 @@ class Config(_Section):
 
     def trigger(self) -> Trigger:
         return Trigger(self.assistant.name, tuple(self.assistant.aliases))
+
+    def secret_values(self) -> list[str]:
+        """Every secret this configuration holds (the API token, provider keys, channel
+        tokens and secrets), for the log redactor: none of them may ever reach a log line."""
+        found = [self.api.token, self.transcriber.api_key or ""]
+        for provider in self.providers.values():
+            found.extend(provider.api_keys)
+        found.extend(_secret_strings(self.channels))
+        return [value for value in found if value]
 
     def provider_names(self) -> frozenset[str]:
         """The providers a folder may name: the built-in ones and every configured section."""
@@ -578,3 +589,18 @@ provider = "{provider}"
 # group_policy = "routes"   # or "allowlist"
 # notify = []               # chats told about each pairing request, e.g. ["telegram:user/42"]
 {model_section}"""
+
+
+_SECRET_KEY = re.compile(r"token|secret|password|key", re.IGNORECASE)
+
+
+def _secret_strings(section: Any) -> list[str]:
+    """The values of keys named like secrets, at any depth of a channel section."""
+    found: list[str] = []
+    if isinstance(section, dict):
+        for key, value in section.items():
+            if isinstance(value, str) and _SECRET_KEY.search(str(key)):
+                found.append(value)
+            else:
+                found.extend(_secret_strings(value))
+    return found

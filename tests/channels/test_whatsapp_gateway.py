@@ -154,6 +154,9 @@ async def test_whole_path_from_a_whatsapp_webhook_through_the_gateway_to_message
                 WEBHOOK_PATH, content=body, headers={**headers, "x-hub-signature-256": "sha256=00"}
             )
             assert forged.status_code == 401
+            # A non-ASCII signature is just wrong: 401, never a TypeError and a 500.
+            odd = {**headers, "x-hub-signature-256": b"sha256=" + "é".encode("latin-1")}
+            assert (await client.post(WEBHOOK_PATH, content=body, headers=odd)).status_code == 401
             response = await client.post(WEBHOOK_PATH, content=body, headers=headers)
             assert response.status_code == 200, response.text
         await eventually(lambda: fake.sent, timeout=20)

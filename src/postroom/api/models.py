@@ -41,6 +41,9 @@ class MessageIn(_Body):
     topic: str = Field("", max_length=255, description="The platform's native thread.")
     verb: str = "message"
     mentioned: StrictBool = False
+    is_from_me: StrictBool = Field(
+        False, description="The bot's own message echoed back: stored, never routed."
+    )
     #: A direct message (ROUTING §8: admission by dm_policy); false is group-like.
     is_dm: StrictBool = False
     attachments: list[AttachmentIn] = Field(default_factory=list, max_length=32)

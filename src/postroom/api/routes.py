@@ -95,6 +95,7 @@ def inbound_from_body(body: MessageIn, *, clock: Callable[[], datetime]) -> Inbo
         topic=body.topic,
         reply_to=body.reply_to,
         mentioned=body.mentioned,
+        is_from_me=body.is_from_me,
         is_dm=body.is_dm,
         message_id=body.id,
         sender_name=body.sender_name,

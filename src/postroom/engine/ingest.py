@@ -41,6 +41,7 @@ from postroom.engine.notices import new_message_id, post_notice
 from postroom.engine.outbox import DeliveryKind, OutboundMessage, plan_deliveries, write_outbox
 from postroom.engine.router import Router
 from postroom.engine.signals import Signals
+from postroom.engine.turn_limit import DEFAULT_TURNS_PER_MINUTE
 from postroom.engine.turns import QueueSettings, enqueue_turn, turn_priority
 from postroom.store.protocol import PriorOutcome, Store, StoreTx
 from postroom.store.records import DropRecord, NewMessage
@@ -60,6 +61,8 @@ class IngestLimits:
     attachments: AttachmentLimits = field(default_factory=AttachmentLimits)
     #: ROUTING §2.2: at most one "folder missing" notice per chat in this many seconds.
     missing_notice_s: float = 3600.0
+    #: PIPELINE §1 item 7: turns non-owners may fire in one chat in any 60 s.
+    turns_per_minute: int = DEFAULT_TURNS_PER_MINUTE
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +241,9 @@ class Ingestor:
             )
             conversation_id = enqueued.conversation_id
             decision = decision.with_job(enqueued.job_id)
+            if not enqueued.joined:
+                # A new turn counts toward the chat's limit; joining a queued one does not.
+                self._router.limiter.record(decision, message.chat_jid, message.sender, now)
             if enqueued.interrupted is not None:
                 effects.cancel.append(enqueued.interrupted)
             effects.turn = True
@@ -262,6 +268,16 @@ class Ingestor:
                 decision = replace(decision, ack=ack)
         row = _stored_form(message, decision, conversation_id, attachments)
         seq = await tx.insert_message(row)
+        if decision.rate_limited and self._router.limiter.claim_notice(message.chat_jid, now):
+            await post_notice(
+                tx,
+                message.chat_jid,
+                f"⚠️ this chat is rate limited: more than {self._router.limiter.turns_per_minute} "
+                "turns in a minute; messages are kept but not answered for now.",
+                clock=self._clock,
+                metadata={"source": "rate_limited"},
+            )
+            effects.outbox = True
         if decision.action in (Action.FIRE, Action.OBSERVE) and decision.folder is not None:
             effects.outbox |= await self._mirror(tx, row, decision.folder)
         if ack:
@@ -402,7 +418,8 @@ def _stored_form(
     if message.mentioned:
         metadata["mentioned"] = True
     if decision.layer is Layer.LIMIT:
-        metadata["over_budget"] = True
+        # Both are the `limit` layer: the chat's turns per minute, or a folder's daily budget.
+        metadata["rate_limited" if decision.rate_limited else "over_budget"] = True
     if decision.action is Action.COMMAND:
         metadata["command"] = True
     elif decision.content is not None and decision.content != message.content:

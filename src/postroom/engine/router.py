@@ -3,7 +3,9 @@
 For one message it loads just what resolution needs — the catalog snapshot (rebuilt only when
 the stored catalog version moved), the chat's sticky state and engagements, and the message a
 reply points at — inside the caller's transaction, then decides. Admission (ROUTING §8) comes
-first: a refused sender's message is decided here, before the route table is consulted.
+first: a refused sender's message is decided here, before the route table is consulted;
+last, the chat's turn limit may turn a firing message into an observed one (decision
+layer ``limit``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from postroom.core.resolution import resolve
 from postroom.core.trigger import Trigger
 from postroom.engine.catalog import Catalog
 from postroom.engine.clock import Clock
+from postroom.engine.turn_limit import TurnLimiter
 from postroom.store.protocol import Store, StoreTx
 
 __all__ = ["Router"]
@@ -32,12 +35,14 @@ class Router:
         catalog: Catalog,
         trigger: Trigger,
         clock: Clock,
+        limiter: TurnLimiter | None = None,
         access: AccessPolicy | None = None,
     ) -> None:
         self._store = store
         self._catalog = catalog
         self._trigger = trigger
         self._clock = clock
+        self.limiter = limiter or TurnLimiter()
         self._access = access or AccessPolicy()
 
     @property
@@ -83,19 +88,16 @@ class Router:
             is_from_me=message.is_from_me,
             reply=reply,
         )
+        now = self._clock()
         decision = resolve(
-            routing,
-            snapshot.index,
-            chat,
-            snapshot.paths,
-            now=self._clock(),
-            trigger=self._trigger,
+            routing, snapshot.index, chat, snapshot.paths, now=now, trigger=self._trigger
         )
         if admission is not None and admission.why is not None:
             decision = replace(
                 decision, trail=(admission.why, *decision.trail), role=admission.role
             )
-        return decision
+        # The decision layer `limit` comes last: only a message that would fire is limited.
+        return self.limiter.check(decision, message.chat_jid, message.sender, now)
 
     async def _refuse(self, tx: StoreTx, message: InboundMessage, admission: Admission) -> Decision:
         """The decision for a sender admission refused: nothing but a drop record is stored."""

@@ -32,6 +32,7 @@ from postroom.engine.signals import Signals
 from postroom.engine.skills import SkillLimits, SkillService
 from postroom.engine.tasks import DEFAULT_TICK_S, TaskService
 from postroom.engine.tokens import TokenService
+from postroom.engine.turn_limit import TurnLimiter
 from postroom.engine.turns import QueueSettings, TurnService
 from postroom.llm.tokenizer import TokenCounter
 from postroom.store.protocol import Store
@@ -92,7 +93,14 @@ class Services:
         signals = signals or Signals()
         queue = queue or QueueSettings()
         access = access or AccessPolicy()
-        router = Router(store=store, catalog=catalog, trigger=trigger, clock=clock, access=access)
+        router = Router(
+            store=store,
+            catalog=catalog,
+            trigger=trigger,
+            clock=clock,
+            access=access,
+            limiter=TurnLimiter(turns_per_minute=limits.turns_per_minute, owners=owners),
+        )
         folders = FolderService(
             store=store,
             catalog=catalog,

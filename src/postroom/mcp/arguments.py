@@ -226,6 +226,10 @@ class MessageArgs(_Args):
         "a mention by itself.",
     )
     mentioned: bool = Field(False, description="The platform says the bot was mentioned.")
+    is_from_me: bool = Field(
+        False,
+        description="The bot's own message echoed back by the platform: stored, never routed.",
+    )
     is_dm: bool = Field(
         False,
         description="A direct message to the bot (admitted by the access policy for direct "

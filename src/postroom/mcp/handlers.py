@@ -78,6 +78,7 @@ def _inbound(args: MessageArgs, services: Services) -> InboundMessage:
         topic=args.topic,
         reply_to=args.reply_to,
         mentioned=args.mentioned,
+        is_from_me=args.is_from_me,
         is_dm=args.is_dm,
         message_id=args.id,
         sender_name=args.sender_name,
