@@ -3,8 +3,10 @@
 malformed match refused with nothing changed, Preview listing the messages whose decision would
 change, a message appearing live in the conversation view, its journey, a failed job retried with
 its button, a persona edited on the folder page reaching the next run's system prompt, a priced
-run in the usage chart, a failing webhook shown red and its delivery retried — and no request
-URL ever carrying the token.
+run in the usage chart and a folder's spend against its budget, a stranger's pairing code
+appearing live on the access page and approved (the sender's next message runs a turn) or
+denied, a malformed sender glob refused, a failing webhook shown red and its delivery retried —
+and no request URL ever carrying the token.
 
 The model is a fake OpenAI API in this process whose answers can be switched to fail; the
 ``telegram`` platform is answered through an outbound webhook that records what it gets, ``sms``

@@ -95,7 +95,7 @@ class AccessPage:
         form = await request.form()
         given = {k: form_text(form, k) for k in ("pattern", "role", "note")}
         try:
-            _may_write(session, "changing principals")
+            _may_write(session, "adding principals")
             await self._services.access.add(
                 given["pattern"],
                 role=given["role"] or Role.MEMBER,
