@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+import structlog
 from hypothesis import HealthCheck, settings
 
 from fakeclock import FakeClock
@@ -16,3 +19,12 @@ settings.load_profile("postroom")
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_structlog() -> Iterator[None]:
+    """Each test starts from structlog's defaults: a level set by an earlier test's server
+    (``configure_logging``) must not filter the events a later test captures."""
+    structlog.reset_defaults()
+    yield
+    structlog.reset_defaults()
