@@ -19,6 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
+import structlog
 from hypothesis import HealthCheck, settings
 
 from postroom.store import Store, open_database
@@ -99,3 +100,12 @@ async def store(db_engine: str, tmp_path: Path) -> AsyncIterator[Store]:
         yield opened
     finally:
         await opened.close()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_structlog() -> Iterator[None]:
+    """Each test starts from structlog's defaults: a level set by an earlier test's server
+    (``configure_logging``) must not filter the events a later test captures."""
+    structlog.reset_defaults()
+    yield
+    structlog.reset_defaults()
