@@ -140,8 +140,9 @@ class AccessStatements(Statements):
         and how many of those runs used tokens that have no price (a failed call reports no
         usage and costs nothing)."""
         row = await self._one(
+            # COUNT(CASE …): a count of a condition in the SQL of both engines.
             "SELECT COALESCE(SUM(cost), 0), "
-            "COALESCE(SUM(cost IS NULL AND usage IS NOT NULL), 0) FROM runs "
+            "COUNT(CASE WHEN cost IS NULL AND usage IS NOT NULL THEN 1 END) FROM runs "
             "WHERE started_at >= ? AND (folder = ? OR (folder >= ? AND folder < ?))",
             (to_iso(since), folder, folder + "/", folder + "0"),
         )
