@@ -163,9 +163,25 @@ class PgTx(
                     "  SELECT q.id FROM jobs q WHERE q.status = 'queued' AND q.run_at <= ? "
                     "  AND NOT EXISTS (SELECT 1 FROM jobs r "
                     "    WHERE r.conversation_id = q.conversation_id AND r.status = 'running') "
+                    # Only a conversation's first due turn (PIPELINE §2: first come first
+                    # served): a turn another node is claiming is skipped (locked), and its
+                    # conversation with it. Were a later turn taken instead, a rollback of that
+                    # claim (a deadlock, a killed node) would let the later turn run first, and
+                    # the earlier one would then find its messages already answered.
+                    "  AND NOT EXISTS (SELECT 1 FROM jobs e "
+                    "    WHERE e.conversation_id = q.conversation_id AND e.status = 'queued' "
+                    "    AND e.run_at <= ? AND (e.priority, e.id) < (q.priority, q.id)) "
                     "  ORDER BY q.priority, q.id LIMIT 1 FOR UPDATE SKIP LOCKED"
                     f") RETURNING {JOB_COLUMNS}",
-                    (to_iso(lease_until), owner, token, boot_id, to_iso(now), to_iso(now)),
+                    (
+                        to_iso(lease_until),
+                        owner,
+                        token,
+                        boot_id,
+                        to_iso(now),
+                        to_iso(now),
+                        to_iso(now),
+                    ),
                 )
         except asyncpg.exceptions.UniqueViolationError:
             # Another node started a turn of this conversation a moment ago (the partial
