@@ -8,6 +8,7 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
@@ -18,7 +19,7 @@ from postroom.core import Action, InboundMessage
 from postroom.engine import FolderSpec
 from postroom.store import NewMessage
 from postroom.store.postgres import PostgresStore
-from postroom.store.records import JobKind, JobRecord, NewDelivery, NewJob
+from postroom.store.records import JobKind, JobRecord, JobStatus, NewDelivery, NewJob
 
 from fakeclock import FakeClock
 
@@ -221,15 +222,19 @@ async def _claim_once(store: PostgresStore, lease: datetime, clock: FakeClock) -
     return None if job is None else job.id
 
 
-async def _until_done_or_waiting(task: asyncio.Task[int | None], pg_url: str) -> None:
-    """Until *task*'s claim returned, or waits for a lock another transaction holds."""
+async def _until_done_or_waiting(
+    task: asyncio.Task[Any], pg_url: str, statement: str = "UPDATE jobs SET status"
+) -> None:
+    """Until *task* returned, or one of its statements (that start with *statement*) waits for
+    a lock another transaction holds."""
     conn = await asyncpg.connect(pg_url)
     try:
         deadline = asyncio.get_running_loop().time() + 30
         while not task.done():
             waiting = await conn.fetchval(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock' AND query LIKE 'UPDATE jobs SET status%'"
+                "AND wait_event_type = 'Lock' AND starts_with(query, $1)",
+                statement,
             )
             if waiting:
                 return
@@ -237,6 +242,32 @@ async def _until_done_or_waiting(task: asyncio.Task[int | None], pg_url: str) ->
             await asyncio.sleep(0.01)
     finally:
         await conn.close()
+
+
+async def test_a_message_never_joins_a_turn_another_node_is_starting(
+    nodes: Nodes, pg_url: str, clock: FakeClock
+) -> None:
+    """Arriving while a node claims the conversation's queued turn, a message waits for that
+    claim and then queues a turn of its own: joined to the turn already started, it would
+    never be answered."""
+    a, b = await nodes(2)
+    await a.services.routes.add_route(10, "chat_jid=telegram:group/3", "main", actor="test")
+    await a.services.ingest.ingest(inbound("telegram:group/3", "first", id="m1"))
+    lease = clock() + timedelta(seconds=30)
+    async with a.services.store.write() as tx:
+        started = await tx.claim_job(
+            now=clock(), lease_until=lease, owner="a", boot_id="b1", token="t1"
+        )
+        assert started is not None
+        arriving = asyncio.create_task(
+            b.services.ingest.ingest(inbound("telegram:group/3", "second", id="m2"))
+        )
+        await _until_done_or_waiting(arriving, pg_url, "")
+    await arriving
+    async with b.services.store.read() as tx:
+        job = await tx.job_for_message("m2", "telegram:group/3")
+    assert job is not None and job.id != started.id, f"m2 joined turn {started.id} as it started"
+    assert job.status is JobStatus.QUEUED
 
 
 async def test_a_chat_has_one_delivery_in_flight_across_nodes(

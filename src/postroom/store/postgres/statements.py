@@ -150,6 +150,18 @@ class PgTx(
         self.notify.add("postroom_turns")
         return await super().insert_job(job)
 
+    async def open_jobs(self, conversation_id: int, *, lock: bool = False) -> list[JobRecord]:
+        if not lock:
+            return await super().open_jobs(conversation_id)
+        # FOR UPDATE waits for a claim of these rows in progress and reads them as it left
+        # them: a message never joins a turn another node has just started.
+        rows = await self._all(
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE conversation_id = ? "
+            "AND status IN ('queued', 'running') ORDER BY id FOR UPDATE",
+            (conversation_id,),
+        )
+        return [job_from_row(row) for row in rows]
+
     async def claim_job(
         self, *, now: datetime, lease_until: datetime, owner: str, boot_id: str, token: str
     ) -> JobRecord | None:
