@@ -21,7 +21,9 @@ from postroom.store.records import NodeRecord
 from fakeclock import FakeClock
 from gateway_support import serving
 
-_ROW = re.compile(r'<tr data-testid="node" data-id="([^"]+)" data-alive="(yes|no)"( data-me="yes")?')
+_ROW = re.compile(
+    r'<tr data-testid="node" data-id="([^"]+)" data-alive="(yes|no)"( data-me="yes")?'
+)
 
 
 @pytest.fixture
@@ -46,9 +48,7 @@ async def test_on_sqlite_the_page_shows_this_server_as_the_only_node(data: Path)
         await _signed_in(http, config.api.token)
         page = (await http.get("/dashboard/nodes")).text
         listed = (
-            await http.get(
-                "/api/v1/nodes", headers={"Authorization": f"Bearer {config.api.token}"}
-            )
+            await http.get("/api/v1/nodes", headers={"Authorization": f"Bearer {config.api.token}"})
         ).json()["nodes"]
     assert [n["id"] for n in listed] == list(_rows(page))
     assert _rows(page) == {listed[0]["id"]: (True, True)}
