@@ -13,17 +13,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import expect, sync_playwright
-from test_dashboard import CHROMIUM, _sign_in
+from chromium import chromium, needs_chromium
+from playwright.sync_api import expect
+from test_dashboard import _sign_in
 
 from postroom.store.postgres import PostgresStore
 from postroom.store.records import NodeRecord
 
 from e2e_harness import ServerProcess, postroom_cli
 
-pytestmark = pytest.mark.skipif(
-    not Path(CHROMIUM).exists(), reason=f"Chromium is not installed at {CHROMIUM}"
-)
+pytestmark = needs_chromium
 
 
 def _heartbeat(pg_url: str, node_id: str, port: int) -> None:
@@ -65,31 +64,25 @@ def test_every_nodes_row_is_listed_and_a_new_node_appears_live(
     server: ServerProcess, pg_url: str
 ) -> None:
     _heartbeat(pg_url, "node-b", 8002)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"]
+    with chromium() as browser:
+        page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+        page.goto(server.url + "/dashboard/nodes")
+        _sign_in(page, server.token)
+        rows = page.get_by_test_id("node")
+        expect(rows).to_have_count(2)
+        mine = page.locator('[data-testid="node"][data-me="yes"]')
+        expect(mine).to_contain_text(f"127.0.0.1:{server.port}")
+        expect(mine).to_contain_text("this node")
+        expect(mine).to_contain_text("alive")
+        other = page.locator('[data-testid="node"][data-id="node-b"]')
+        expect(other).to_contain_text("10.0.0.7:8002")
+        # alive or, on a machine slow enough to take 15 s from here, stale: either is shown
+        expect(other.get_by_text(re.compile("^(alive|stale)$"))).to_have_count(1)
+        expect(other).to_contain_text(re.compile(r"\d+ (s|min) ago"))
+        expect(other).not_to_contain_text("this node")
+        expect(page.get_by_test_id("single-node")).to_have_count(0)
+        _heartbeat(pg_url, "node-c", 8003)
+        expect(rows).to_have_count(3, timeout=15_000)
+        expect(page.locator('[data-testid="node"][data-id="node-c"]')).to_contain_text(
+            "10.0.0.7:8003"
         )
-        try:
-            page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
-            page.goto(server.url + "/dashboard/nodes")
-            _sign_in(page, server.token)
-            rows = page.get_by_test_id("node")
-            expect(rows).to_have_count(2)
-            mine = page.locator('[data-testid="node"][data-me="yes"]')
-            expect(mine).to_contain_text(f"127.0.0.1:{server.port}")
-            expect(mine).to_contain_text("this node")
-            expect(mine).to_contain_text("alive")
-            other = page.locator('[data-testid="node"][data-id="node-b"]')
-            expect(other).to_contain_text("10.0.0.7:8002")
-            # alive or, on a machine slow enough to take 15 s from here, stale: either is shown
-            expect(other.get_by_text(re.compile("^(alive|stale)$"))).to_have_count(1)
-            expect(other).to_contain_text(re.compile(r"\d+ (s|min) ago"))
-            expect(other).not_to_contain_text("this node")
-            expect(page.get_by_test_id("single-node")).to_have_count(0)
-            _heartbeat(pg_url, "node-c", 8003)
-            expect(rows).to_have_count(3, timeout=15_000)
-            expect(page.locator('[data-testid="node"][data-id="node-c"]')).to_contain_text(
-                "10.0.0.7:8003"
-            )
-        finally:
-            browser.close()
