@@ -10,7 +10,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 from postroom.engine.adapter_leases import AdapterLeases
+from postroom.engine.nodes import NodeService
 from postroom.store.postgres import PostgresStore
+from postroom.store.records import NodeRecord
 
 from fakeclock import FakeClock
 
@@ -143,3 +145,33 @@ async def test_each_adapter_has_its_own_lease(
         ("discord", "node-b"),
         ("telegram", "node-a"),
     }
+
+
+async def test_the_nodes_listing_shows_the_adapters_each_node_holds(
+    stores: tuple[PostgresStore, PostgresStore], clock: FakeClock
+) -> None:
+    services = [
+        NodeService(store=store, me=_record(name, clock), clock=clock)
+        for store, name in zip(stores, ("node-a", "node-b"), strict=True)
+    ]
+    for service in services:
+        await service.start(host="127.0.0.1", port=8080)
+    try:
+        a = node(stores[0], "node-a", Recorder(), clock)
+        await a.renew()
+        await node(stores[1], "node-b", Recorder(), clock).renew()
+        listed = {row["name"]: row["adapters"] for row in await services[1].list()}
+        assert listed == {"node-a": ["telegram"], "node-b": []}
+        clock.advance(seconds=TTL_S + 1)  # a lease run out is nobody's
+        listed = {row["name"]: row["adapters"] for row in await services[1].list()}
+        assert listed == {"node-a": [], "node-b": []}
+    finally:
+        for service in services:
+            await service.stop()
+
+
+def _record(name: str, clock: FakeClock) -> NodeRecord:
+    now = clock()
+    return NodeRecord(
+        id=name, name=name, boot_id=name, host="", port=0, pid=1, started_at=now, heartbeat_at=now
+    )
