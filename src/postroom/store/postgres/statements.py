@@ -153,14 +153,19 @@ class PgTx(
     async def open_jobs(self, conversation_id: int, *, lock: bool = False) -> list[JobRecord]:
         if not lock:
             return await super().open_jobs(conversation_id)
-        # FOR UPDATE waits for a claim of these rows in progress and reads them as it left
-        # them: a message never joins a turn another node has just started.
-        rows = await self._all(
-            f"SELECT {JOB_COLUMNS} FROM jobs WHERE conversation_id = ? "
-            "AND status IN ('queued', 'running') ORDER BY id FOR UPDATE",
+        # The queued turns first, locked: the lock waits for a claim of one in progress, and
+        # a turn that claim started is no longer queued, so no message joins it. The running
+        # turns are read after, unlocked — their node's finish takes the seq lock first.
+        queued = await self._all(
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE conversation_id = ? AND status = 'queued' "
+            "ORDER BY id FOR NO KEY UPDATE",
             (conversation_id,),
         )
-        return [job_from_row(row) for row in rows]
+        running = await self._all(
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE conversation_id = ? AND status = 'running'",
+            (conversation_id,),
+        )
+        return sorted((job_from_row(row) for row in [*queued, *running]), key=lambda j: j.id)
 
     async def claim_job(
         self, *, now: datetime, lease_until: datetime, owner: str, boot_id: str, token: str
