@@ -23,7 +23,6 @@ from postroom.config import Config
 from postroom.core import InboundMessage, Trigger, Verb
 from postroom.core.folders import FolderDefaults
 from postroom.engine import FolderSpec, IngestLimits, Services
-from postroom.llm.tokenizer import TokenCounter
 from postroom.store import SqliteStore
 from postroom.store.records import RunRecord
 
@@ -96,8 +95,8 @@ async def open_services(
     trace: Callable[[str], None] | None = None,
     name: str = "postroom.db",
 ) -> Services:
-    # The tokenizer postroom serve estimates rows with, as compaction counts with it too.
-    store = await SqliteStore.open(tmp_path / name, trace=trace, count_tokens=TokenCounter().count)
+    # As postroom serve opens it: rows bounded by their bytes, counted only near compaction.
+    store = await SqliteStore.open(tmp_path / name, trace=trace)
     return Services.build(
         store,
         folders_dir=tmp_path / "folders",

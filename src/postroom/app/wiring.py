@@ -87,8 +87,9 @@ async def open_store(data_dir: Path) -> SqliteStore:
             f"No postroom data directory at {data_dir} (no {DATABASE_FILE}); run "
             "`postroom init` first, or pass --data DIR."
         )
-    # Rows are estimated with the tokenizer compaction counts with (PIPELINE §6).
-    return await SqliteStore.open(database, count_tokens=TokenCounter().count)
+    # Rows are bounded by their UTF-8 bytes as they are stored (PIPELINE §6): no tokenizer
+    # loads until a conversation's bound passes its compaction threshold.
+    return await SqliteStore.open(database)
 
 
 def queue_settings(config: Config) -> QueueSettings:

@@ -30,7 +30,6 @@ from postroom.engine.skills import SkillLimits, SkillService
 from postroom.engine.tasks import DEFAULT_TICK_S, TaskService
 from postroom.engine.tokens import TokenService
 from postroom.engine.turns import QueueSettings, TurnService
-from postroom.llm.tokenizer import TokenCounter
 from postroom.store.protocol import Store
 from postroom.store.sqlite import SqliteStore
 
@@ -143,7 +142,7 @@ class Services:
         api_token: str = "",
         providers: Collection[str] = BUILTIN_PROVIDERS,
     ) -> Services:
-        store = await SqliteStore.open(database, count_tokens=TokenCounter().count)
+        store = await SqliteStore.open(database)
         return cls.build(
             store,
             folders_dir=folders_dir,

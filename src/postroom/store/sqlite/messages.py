@@ -233,15 +233,16 @@ class MessageStatements(Statements):
         self, message_id: str, chat_jid: str, *, content: str, metadata: Mapping[str, Any]
     ) -> None:
         before = await self._one(
-            "SELECT message_type, metadata, content, conversation_id, compacted, observed "
-            "FROM messages WHERE id = ? AND chat_jid = ?",
+            "SELECT message_type, conversation_id, compacted FROM messages "
+            "WHERE id = ? AND chat_jid = ?",
             (message_id, chat_jid),
         )
-        if before is not None and before[3] is not None and not before[4]:
-            kind = MessageType(before[0])
-            was = self._context_tokens(kind, load_object(before[1]), before[2] or "")
-            now = self._context_tokens(kind, metadata, content)
-            await self._add_tokens(before[3], now - was)
+        if before is not None and before[1] is not None and not before[2]:
+            # The new text's bound is added and the old one's not taken away: the total may
+            # hold this row's exact count by now (the compactor corrects it), and taking its
+            # bound away could leave the total under the count. The next count drops the excess.
+            now = self._context_tokens(MessageType(before[0]), metadata, content)
+            await self._add_tokens(before[1], now)
         await self._run(
             "UPDATE messages SET content = ?, metadata = ? WHERE id = ? AND chat_jid = ?",
             (content, dump_json(dict(metadata)), message_id, chat_jid),
