@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 from postroom.core.decision import ReplyTarget
@@ -23,6 +24,9 @@ MESSAGE_COLUMNS = (
 #: The message columns qualified by the ``m`` alias, and how many there are.
 _M_COLUMNS = ", ".join(f"m.{c.strip()}" for c in MESSAGE_COLUMNS.split(","))
 _WIDTH = len(MESSAGE_COLUMNS.split(","))
+#: Decoded context rows kept (about ten conversations' worth at ``context.max_messages`` 200):
+#: bounded, so memory stays flat however many conversations go idle.
+_DECODED_ROWS = 4096
 
 
 class MessageStatements(Statements):
@@ -180,7 +184,8 @@ class MessageStatements(Statements):
             "ORDER BY m.seq DESC LIMIT ?) ORDER BY seq",
             (conversation_id, limit),
         )
-        return [TurnRow(message_from_row(row), row[_WIDTH], row[_WIDTH + 1]) for row in rows]
+        # Every turn reads the same rows again: each is decoded once while it stays unchanged.
+        return [TurnRow(_decoded(row[:_WIDTH]), row[_WIDTH], row[_WIDTH + 1]) for row in rows]
 
     async def attach_observed(
         self,
@@ -309,3 +314,11 @@ def message_from_row(row: Any) -> StoredMessage:
         run_id=row[17],
         compacted=bool(row[18]),
     )
+
+
+@lru_cache(maxsize=_DECODED_ROWS)
+def _decoded(columns: tuple[Any, ...]) -> StoredMessage:
+    """A stored row as a message, remembered by all its columns: a row that changed in any
+    column (an edit, compaction's mark) is a different key, so what comes back is always what
+    decoding the row gives (a JSON decode and a timestamp parse saved per row and turn)."""
+    return message_from_row(columns)
