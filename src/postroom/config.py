@@ -27,6 +27,7 @@ from pydantic import (
     model_validator,
 )
 
+from postroom.core.access import AccessPolicy, DmPolicy, GroupPolicy
 from postroom.core.bounds import MAX_DURATION_S, check_count
 from postroom.core.durations import format_duration, parse_duration
 from postroom.core.errors import ConfigError
@@ -126,6 +127,34 @@ class OwnersConfig(_Section):
     senders: tuple[str, ...] = ()
 
 
+def _jids(values: tuple[str, ...]) -> tuple[str, ...]:
+    for value in values:
+        platform, colon, room = value.partition(":")
+        if not colon or not platform or not room or any(c.isspace() for c in value):
+            raise ValueError(f"{value!r} is not a chat JID such as telegram:user/123")
+    return values
+
+
+class AccessConfig(_Section):
+    """ROUTING §8: who may talk to the agents."""
+
+    dm_policy: DmPolicy = DmPolicy.PAIRING
+    group_policy: GroupPolicy = GroupPolicy.ROUTES
+    pairing_ttl_s: PositiveDuration = Field(3600.0, alias="pairing_ttl")
+    max_pending: Count = 3
+    #: Chats told about each new pairing request.
+    notify: Annotated[tuple[str, ...], AfterValidator(_jids)] = ()
+
+    def policy(self) -> AccessPolicy:
+        return AccessPolicy(
+            dm_policy=self.dm_policy,
+            group_policy=self.group_policy,
+            pairing_ttl_s=self.pairing_ttl_s,
+            max_pending=self.max_pending,
+            notify=self.notify,
+        )
+
+
 class DefaultsConfig(_Section):
     provider: str = "echo"
     model: str | None = None
@@ -182,6 +211,8 @@ class LimitsConfig(_Section):
     image_bytes: Count = 5242880
     #: One attachment that is not an image (a PDF, a text file, a voice note).
     file_bytes: Count = 20971520
+    #: PIPELINE §1 item 7: turns non-owners may fire in one chat in any 60 s.
+    turns_per_minute: Count = 20
 
 
 class SchedulerConfig(_Section):
@@ -293,6 +324,7 @@ class Config(_Section):
     api: ApiConfig = ApiConfig()
     assistant: AssistantConfig = AssistantConfig()
     owners: OwnersConfig = OwnersConfig()
+    access: AccessConfig = AccessConfig()
     defaults: DefaultsConfig = DefaultsConfig()
     queue: QueueConfig = QueueConfig()
     delivery: DeliveryConfig = DeliveryConfig()
@@ -315,9 +347,30 @@ class Config(_Section):
     def trigger(self) -> Trigger:
         return Trigger(self.assistant.name, tuple(self.assistant.aliases))
 
+    def secret_values(self) -> list[str]:
+        """Every secret this configuration holds (the API token, provider keys, channel
+        tokens and secrets), for the log redactor: none of them may ever reach a log line."""
+        found = [self.api.token, self.transcriber.api_key or ""]
+        for provider in self.providers.values():
+            found.extend(provider.api_keys)
+        found.extend(_secret_strings(self.channels))
+        return [value for value in found if value]
+
     def provider_names(self) -> frozenset[str]:
         """The providers a folder may name: the built-in ones and every configured section."""
         return frozenset(BUILTIN_PROVIDERS) | frozenset(self.providers)
+
+    def model_overrides(self) -> dict[str, dict[str, Any]]:
+        """``[models."<name>"]``: the keys each section sets (a price set to nothing included:
+        that model has no price), for the engine's model table."""
+        return {
+            name: {
+                key: getattr(section, key)
+                for key in section.model_fields_set
+                if getattr(section, key) is not None or key.endswith("_per_mtok")
+            }
+            for name, section in self.models.items()
+        }
 
     def folder_defaults(self) -> FolderDefaults:
         return FolderDefaults(
@@ -526,4 +579,28 @@ provider = "{provider}"
 [assistant]
 # name = "Postroom"     # "@Postroom ..." at the start of a message is a mention
 # aliases = ["ghost"]
+
+# [access]
+# Who may talk to the agents. A stranger's direct message gets a one-time code to show you
+# (`postroom access pending`, `postroom access approve CODE`); groups are answered by their
+# routes. "allowlist" answers strangers nothing; "open" answers everyone (set budget_per_day
+# on the folder then).
+# dm_policy = "pairing"     # or "allowlist", "open"
+# group_policy = "routes"   # or "allowlist"
+# notify = []               # chats told about each pairing request, e.g. ["telegram:user/42"]
 {model_section}"""
+
+
+_SECRET_KEY = re.compile(r"token|secret|password|key", re.IGNORECASE)
+
+
+def _secret_strings(section: Any) -> list[str]:
+    """The values of keys named like secrets, at any depth of a channel section."""
+    found: list[str] = []
+    if isinstance(section, dict):
+        for key, value in section.items():
+            if isinstance(value, str) and _SECRET_KEY.search(str(key)):
+                found.append(value)
+            else:
+                found.extend(_secret_strings(value))
+    return found

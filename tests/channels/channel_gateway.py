@@ -27,6 +27,10 @@ VENDOR_VARIABLES = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "OL
 
 runner = CliRunner()
 
+#: Direct messages from anyone are answered: for tests of an adapter's path, not of admission
+#: (by default a stranger's DM only gets a pairing code: tests/integration/test_access.py).
+OPEN_DMS = '\n[access]\ndm_policy = "open"\n'
+
 
 def clean_env() -> dict[str, str | None]:
     """Unset every configuration variable of the calling environment (CI may set some)."""

@@ -27,6 +27,7 @@ from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
 
 from postroom.channels.http import EventStreamSink
 from postroom.core import MessageType, Trigger
+from postroom.core.access import AccessPolicy, DmPolicy
 from postroom.core.folders import FolderDefaults
 from postroom.core.messages import InboundMessage
 from postroom.engine import FolderSpec, IngestLimits, IngestResult, Services
@@ -281,6 +282,8 @@ async def open_engine(
         defaults=FolderDefaults(),
         limits=IngestLimits(content_bytes=content_bytes, missing_notice_s=3600),
         clock=clock,
+        # Adapter tests: every DM is answered (admission has tests of its own).
+        access=AccessPolicy(dm_policy=DmPolicy.OPEN),
     )
     await services.folders.add_folder("main", FolderSpec(), actor="test")
     for seq, match, target in routes:

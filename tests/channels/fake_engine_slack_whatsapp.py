@@ -23,6 +23,7 @@ from postroom.channels.base import BaseChannel, ChannelContext
 from postroom.channels.http import EventStreamSink
 from postroom.config import DATABASE_FILE
 from postroom.core import InboundMessage, MessageType, Trigger
+from postroom.core.access import AccessPolicy, DmPolicy
 from postroom.core.folders import FolderDefaults
 from postroom.engine import IngestLimits, Services
 from postroom.engine.bootstrap import bootstrap
@@ -179,6 +180,8 @@ async def open_engine(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Engine]
         defaults=FolderDefaults(),
         limits=IngestLimits(),
         clock=clock,
+        # Adapter tests: every DM is answered (admission has tests of its own).
+        access=AccessPolicy(dm_policy=DmPolicy.OPEN),
     )
     try:
         await bootstrap(services, actor="test")

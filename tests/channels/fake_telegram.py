@@ -34,6 +34,7 @@ from postroom.channels.base import ChannelContext
 from postroom.channels.telegram import TelegramChannel
 from postroom.channels.telegram.config import parse_config
 from postroom.core import InboundMessage, Trigger
+from postroom.core.access import AccessPolicy, DmPolicy
 from postroom.core.folders import FolderDefaults
 from postroom.engine import FolderSpec, IngestLimits, Services
 from postroom.engine.ingest import IngestResult
@@ -435,6 +436,8 @@ async def open_engine(directory: Path, clock: Callable[[], datetime]) -> Service
         defaults=FolderDefaults(),
         limits=IngestLimits(content_bytes=4096, missing_notice_s=3600),
         clock=clock,
+        # Adapter tests: every DM is answered (admission has tests of its own).
+        access=AccessPolicy(dm_policy=DmPolicy.OPEN),
     )
     await services.folders.add_folder("main", FolderSpec(), actor="test")
     await services.folders.add_folder("main/drafts", FolderSpec(), actor="test")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from channel_gateway import configure, init_data_dir, running_gateway, stored_rows
+from channel_gateway import OPEN_DMS, configure, init_data_dir, running_gateway, stored_rows
 from fake_email import BOT, PASSWORD, FakeImap, FakeSmtp, eventually, mail
 
 
@@ -38,7 +38,8 @@ smtp_starttls = false
 username = "{BOT}"
 password = "{PASSWORD}"
 poll_interval = "300ms"
-""",
+"""
+        + OPEN_DMS,
     )
     try:
         async with running_gateway(data):

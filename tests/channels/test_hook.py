@@ -8,6 +8,7 @@ import hashlib
 import hmac
 import json
 import socket
+import time
 from pathlib import Path
 
 import httpx
@@ -28,8 +29,13 @@ from channel_gateway import (
 SECRET = "hook-secret-0123456789"
 
 
-def sign(body: bytes, secret: str = SECRET) -> str:
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+def sign(
+    body: bytes, path: str = "/hooks/acme/github", secret: str = SECRET, *, at: float | None = None
+) -> str:
+    """INTERFACES §4, written out here rather than through postroom's helper."""
+    t = int(time.time() if at is None else at)
+    mac = hmac.new(secret.encode(), f"{t}.{path}.".encode() + body, hashlib.sha256).hexdigest()
+    return f"t={t},v1={mac}"
 
 
 def free_port() -> int:
@@ -109,7 +115,10 @@ async def test_a_signed_hook_is_stored_routed_and_answered_once(tmp_path: Path) 
     data = await asyncio.to_thread(hook_data, tmp_path)
     body = json.dumps({"text": "deploy of api finished"}).encode()
     async with running_gateway(data) as (_gateway, url), httpx.AsyncClient(base_url=url) as http:
-        headers = {"X-Postroom-Signature": sign(body), "Content-Type": "application/json"}
+        headers = {
+            "X-Postroom-Signature": sign(body, "/hooks/acme/eng/github"),
+            "Content-Type": "application/json",
+        }
         first = await http.post("/hooks/acme/eng/github", content=body, headers=headers)
         again = await http.post("/hooks/acme/eng/github", content=body, headers=headers)
         assert first.status_code == 200, first.text
@@ -126,21 +135,42 @@ async def test_a_signed_hook_is_stored_routed_and_answered_once(tmp_path: Path) 
     assert [(s, c) for s, _, c, _ in users] == [("hook:github", "deploy of api finished")]
 
 
+_HI = b'{"text": "hi"}'
+
+
 @pytest.mark.parametrize(
     "headers",
     [
-        {},
-        {"X-Postroom-Signature": "sha256=" + "0" * 64},
-        {"X-Postroom-Signature": sign(b"another body")},
-        {"X-Postroom-Signature": sign(b'{"text": "hi"}', secret="not-the-secret-0000")},
+        pytest.param({}, id="unsigned"),
+        pytest.param({"X-Postroom-Signature": "sha256=" + "0" * 64}, id="old-format"),
+        pytest.param(
+            {
+                "X-Postroom-Signature": "sha256="
+                + hmac.new(SECRET.encode(), _HI, "sha256").hexdigest()
+            },
+            id="old-format-correct-body-mac",
+        ),
+        pytest.param({"X-Postroom-Signature": sign(b"another body")}, id="another-body"),
+        pytest.param({"X-Postroom-Signature": sign(_HI, "/hooks/acme/other")}, id="another-path"),
+        pytest.param({"X-Postroom-Signature": sign(_HI, secret="not-the-secret-0000")}, id="key"),
+        pytest.param("stale", id="stale"),
+        pytest.param("future", id="future"),
+        pytest.param({"X-Postroom-Signature": "t=1,v1=zz"}, id="malformed"),
+        pytest.param(
+            {"X-Postroom-Signature": sign(_HI)[:-1].encode() + "é".encode("latin-1")},
+            id="non-ascii",
+        ),
     ],
 )
 async def test_a_forged_or_unsigned_hook_is_refused_and_nothing_is_stored(
-    tmp_path: Path, headers: dict[str, str]
+    tmp_path: Path, headers: dict[str, str | bytes] | str
 ) -> None:
     data = await asyncio.to_thread(hook_data, tmp_path)
     async with running_gateway(data) as (_gateway, url), httpx.AsyncClient(base_url=url) as http:
-        response = await http.post("/hooks/acme/github", content=b'{"text": "hi"}', headers=headers)
+        if isinstance(headers, str):  # signed now, just outside the 5-minute window
+            offset = 310 if headers == "future" else -310
+            headers = {"X-Postroom-Signature": sign(_HI, at=time.time() + offset)}
+        response = await http.post("/hooks/acme/github", content=_HI, headers=headers)
         assert response.status_code == 401
         assert "X-Postroom-Signature" in response.json()["error"]
     assert stored_rows(data, "SELECT COUNT(*) FROM messages WHERE chat_jid LIKE 'hook:%'") == [(0,)]
@@ -161,7 +191,8 @@ async def test_a_hook_path_outside_the_grammar_is_refused(
     data = await asyncio.to_thread(hook_data, tmp_path)
     body = b"x"
     async with running_gateway(data) as (_gateway, url), httpx.AsyncClient(base_url=url) as http:
-        response = await http.post(path, content=body, headers={"X-Postroom-Signature": sign(body)})
+        signature = sign(body, path)
+        response = await http.post(path, content=body, headers={"X-Postroom-Signature": signature})
         assert response.status_code == status
     assert stored_rows(data, "SELECT COUNT(*) FROM messages WHERE chat_jid LIKE 'hook:%'") == [(0,)]
 
@@ -174,7 +205,9 @@ async def test_an_oversized_hook_is_refused_before_its_signature_is_checked(
     body = b"a" * 4096
     async with running_gateway(data) as (_gateway, url), httpx.AsyncClient(base_url=url) as http:
         response = await http.post(
-            "/hooks/acme/big", content=body, headers={"X-Postroom-Signature": sign(body)}
+            "/hooks/acme/big",
+            content=body,
+            headers={"X-Postroom-Signature": sign(body, "/hooks/acme/big")},
         )
         assert response.status_code == 413
     assert stored_rows(data, "SELECT COUNT(*) FROM messages WHERE chat_jid LIKE 'hook:%'") == [(0,)]
@@ -188,7 +221,10 @@ async def test_the_idempotency_key_names_the_delivery(tmp_path: Path) -> None:
             response = await http.post(
                 "/hooks/ops/pager",
                 content=body,
-                headers={"X-Postroom-Signature": sign(body), "Idempotency-Key": key},
+                headers={
+                    "X-Postroom-Signature": sign(body, "/hooks/ops/pager"),
+                    "Idempotency-Key": key,
+                },
             )
             assert response.status_code == 200
     users = [r for r in messages_in(data, "hook:ops/pager") if r[1] == "user"]
@@ -250,3 +286,24 @@ def test_doctor_reports_a_channel_configuration_error_in_one_line(tmp_path: Path
     checks = {c["check"]: (c["status"], c["detail"]) for c in json.loads(result.stdout)}
     status, detail = checks["channels"]
     assert status == "error" and detail.startswith("[channels.hook]: secret")
+
+
+async def test_a_replay_inside_the_window_is_a_duplicate(tmp_path: Path) -> None:
+    data = await asyncio.to_thread(hook_data, tmp_path)
+    headers = {"X-Postroom-Signature": sign(_HI)}
+    async with running_gateway(data) as (_gateway, url), httpx.AsyncClient(base_url=url) as http:
+        first = await http.post("/hooks/acme/github", content=_HI, headers=headers)
+        replay = await http.post("/hooks/acme/github", content=_HI, headers=headers)
+    assert first.status_code == replay.status_code == 200
+    assert (first.json()["duplicate"], replay.json()["duplicate"]) == (False, True)
+
+
+async def test_hooks_without_a_secret_are_disabled(tmp_path: Path) -> None:
+    data = await asyncio.to_thread(init_data_dir, tmp_path / "data")
+    async with running_gateway(data) as (_gateway, url), httpx.AsyncClient(base_url=url) as http:
+        response = await http.post(
+            "/hooks/acme/github", content=_HI, headers={"X-Postroom-Signature": sign(_HI)}
+        )
+    assert response.status_code == 403
+    assert response.json() == {"error": "webhooks are disabled: set [channels.hook] secret"}
+    assert stored_rows(data, "SELECT COUNT(*) FROM messages WHERE chat_jid LIKE 'hook:%'") == [(0,)]

@@ -22,6 +22,7 @@ from postroom.channels.base import ChannelContext
 from postroom.channels.matrix import MatrixChannel, MatrixError, build
 from postroom.channels.matrix.events import strip_reply_fallback
 from postroom.core import Trigger
+from postroom.core.access import AccessPolicy, DmPolicy
 from postroom.core.errors import ConfigError, InvalidInput
 from postroom.core.folders import FolderDefaults
 from postroom.core.messages import InboundMessage
@@ -102,6 +103,8 @@ async def open_services(tmp_path: Path) -> Services:
         defaults=FolderDefaults(),
         limits=IngestLimits(),
         clock=_now,
+        # Adapter tests: every DM is answered (admission has tests of its own).
+        access=AccessPolicy(dm_policy=DmPolicy.OPEN),
     )
     await services.folders.add_folder("main", FolderSpec(), actor="test")
     # ROUTING §5: in a group, answer only when called but keep the context.

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from channel_gateway import configure, eventually, init_data_dir, running_gateway, stored_rows
+from channel_gateway import (
+    OPEN_DMS,
+    configure,
+    eventually,
+    init_data_dir,
+    running_gateway,
+    stored_rows,
+)
 from fake_matrix import BOT, PASSWORD, FakeHomeserver, running
 
 DM = "!dm:fake.test"
@@ -36,7 +43,8 @@ homeserver = "{homeserver.url}"
 user_id = "{BOT}"
 password = "{PASSWORD}"
 sync_timeout = "1s"
-""",
+"""
+            + OPEN_DMS,
         )
         async with running_gateway(data):
             # Past the initial sync (whose history is skipped): the adapter long-polls for news.

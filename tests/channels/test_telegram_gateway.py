@@ -22,7 +22,14 @@ from postroom.core.errors import ConfigError
 from postroom.engine.bootstrap import bootstrap
 from postroom.llm import ProviderError
 
-from channel_gateway import configure, eventually, init_data_dir, running_gateway, stored_rows
+from channel_gateway import (
+    OPEN_DMS,
+    configure,
+    eventually,
+    init_data_dir,
+    running_gateway,
+    stored_rows,
+)
 from fake_telegram import (
     BOT_USERNAME,
     TOKEN,
@@ -101,7 +108,7 @@ async def test_whole_path_by_long_polling_into_a_dm_and_a_forum_topic(
     fake: FakeTelegram, tmp_path: Path
 ) -> None:
     data = await initialized(tmp_path / "data")
-    configure(data, telegram_section(fake))
+    configure(data, telegram_section(fake) + OPEN_DMS)
     async with running_gateway(data) as (_gateway, _url):
         dm = fake.push(private_message("echo me, please", message_id=301))
         fake.push(
@@ -138,7 +145,7 @@ async def test_whole_path_by_webhook_refuses_a_forged_update(
     fake: FakeTelegram, tmp_path: Path
 ) -> None:
     data = await initialized(tmp_path / "data")
-    configure(data, telegram_section(fake, mode="webhook", webhook_secret=SECRET))
+    configure(data, telegram_section(fake, mode="webhook", webhook_secret=SECRET) + OPEN_DMS)
     update = {"update_id": 5001, "message": private_message("by webhook", message_id=401)}
     async with running_gateway(data) as (_gateway, url), httpx.AsyncClient(base_url=url) as client:
         forged = await client.post(
@@ -176,7 +183,12 @@ async def test_typing_starts_when_a_turn_is_queued_and_stops_whatever_ends_it(
         parse_config({"token": TOKEN, "base_url": fake.url, "poll_timeout": 1}),
         typing_refresh_s=0.05,
     )
-    config = Config.model_validate({"queue": {"max_concurrent_turns": 1, "shutdown_grace": "1s"}})
+    config = Config.model_validate(
+        {
+            "queue": {"max_concurrent_turns": 1, "shutdown_grace": "1s"},
+            "access": {"dm_policy": "open"},
+        }
+    )
     gateway = await Gateway.build(data, config, providers={"echo": runner}, channels=[telegram])
     await bootstrap(gateway.services, actor="test")
 

@@ -14,7 +14,14 @@ from typing import Any
 
 import pytest
 
-from channel_gateway import configure, eventually, init_data_dir, running_gateway, stored_rows
+from channel_gateway import (
+    OPEN_DMS,
+    configure,
+    eventually,
+    init_data_dir,
+    running_gateway,
+    stored_rows,
+)
 from fake_llm_servers import FakeServer, json_reply, serve_fake
 from fake_telegram import TOKEN, FakeTelegram, private_message, serve_fake_telegram
 
@@ -56,7 +63,7 @@ async def test_a_photo_and_a_pdf_reach_the_model(
         "[channels.telegram]\nenabled = true\n"
         f'token = "{TOKEN}"\nbase_url = "{fake.url}"\npoll_timeout = 1\n'
         "[providers.anthropic]\n"
-        f'base_url = "{llm.base_url}"\napi_keys = ["sk-ant-test-key"]\n',
+        f'base_url = "{llm.base_url}"\napi_keys = ["sk-ant-test-key"]\n' + OPEN_DMS,
         model="claude-sonnet-4-6",
     )
     config = data / "postroom.toml"

@@ -16,7 +16,14 @@ import pytest
 from postroom.channels.whatsapp import WEBHOOK_PATH, build
 from postroom.core.errors import ConfigError, PostroomError
 
-from channel_gateway import configure, eventually, init_data_dir, running_gateway, stored_rows
+from channel_gateway import (
+    OPEN_DMS,
+    configure,
+    eventually,
+    init_data_dir,
+    running_gateway,
+    stored_rows,
+)
 from fake_engine_slack_whatsapp import serve
 from fake_whatsapp import (
     ACCESS_TOKEN,
@@ -129,7 +136,7 @@ async def test_whole_path_from_a_whatsapp_webhook_through_the_gateway_to_message
     fake: FakeWhatsApp, data_dir: Path
 ) -> None:
     data = data_dir
-    configure(data, whatsapp_section(fake))
+    configure(data, whatsapp_section(fake) + OPEN_DMS)
     baseline = set(asyncio.all_tasks())
     async with running_gateway(data) as (gateway, url):
         async with httpx.AsyncClient(base_url=url) as client:
@@ -147,6 +154,9 @@ async def test_whole_path_from_a_whatsapp_webhook_through_the_gateway_to_message
                 WEBHOOK_PATH, content=body, headers={**headers, "x-hub-signature-256": "sha256=00"}
             )
             assert forged.status_code == 401
+            # A non-ASCII signature is just wrong: 401, never a TypeError and a 500.
+            odd = {**headers, "x-hub-signature-256": b"sha256=" + "é".encode("latin-1")}
+            assert (await client.post(WEBHOOK_PATH, content=body, headers=odd)).status_code == 401
             response = await client.post(WEBHOOK_PATH, content=body, headers=headers)
             assert response.status_code == 200, response.text
         await eventually(lambda: fake.sent, timeout=20)
@@ -170,7 +180,7 @@ async def test_a_voice_note_is_answered_by_its_transcript(
     whisper = FakeWhisper(text="call me back")
     async with serving_whisper(whisper) as whisper_url:
         transcriber = f'[transcriber]\nbase_url = "{whisper_url}"\nmodel = "whisper-1"\n'
-        configure(data_dir, transcriber + whatsapp_section(fake))
+        configure(data_dir, transcriber + whatsapp_section(fake) + OPEN_DMS)
         voice = message(
             "audio", {"id": "AUD1", "mime_type": "audio/ogg", "voice": True}, id="wamid.V1"
         )

@@ -37,6 +37,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 SECRET = "s3cret"
+#: Load tests run many turns a minute in one chat on purpose: lift the loop guard's limit.
+UNLIMITED_TURNS = {"POSTROOM_LIMITS__TURNS_PER_MINUTE": "1000000"}
 READY = re.compile(r"postroom serving on http://127\.0\.0\.1:(\d+)")
 START_TIMEOUT_S = 30.0
 #: Variables that would make ``init`` detect another provider or point the server elsewhere.
@@ -312,14 +314,21 @@ class Delivery:
     raw: bytes
     idempotency_key: str | None
     signature: str | None
+    received_at: float = field(default_factory=time.time)
 
     @property
     def key(self) -> tuple[str, str, int]:
         return (self.body["id"], self.body["chat_jid"], self.body["chunk"])
 
-    def signature_valid(self, secret: str = SECRET) -> bool:
-        expected = "sha256=" + hmac.new(secret.encode(), self.raw, hashlib.sha256).hexdigest()
-        return self.signature is not None and hmac.compare_digest(self.signature, expected)
+    def signature_valid(self, secret: str = SECRET, path: str = "/hook") -> bool:
+        """INTERFACES §4: ``t=<unix>,v1=<HMAC of "<t>.<path>.<body>">``, t within 5 minutes of
+        when it arrived."""
+        match = re.fullmatch(r"t=(\d+),v1=([0-9a-f]{64})", self.signature or "")
+        if match is None or abs(int(match.group(1)) - self.received_at) > 300:
+            return False
+        signed = f"{match.group(1)}.{path}.".encode() + self.raw
+        expected = hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
+        return hmac.compare_digest(match.group(2), expected)
 
 
 class ThreadServer:

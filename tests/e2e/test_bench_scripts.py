@@ -50,3 +50,8 @@ def test_run_storage_benchmark_runs() -> None:
 def test_wal_benchmark_runs() -> None:
     out = run_script("wal.py", "--seconds", "3", "--rate", "20")
     assert "largest WAL: " in out and "POST latency: " in out, out
+
+
+def test_admission_benchmark_runs() -> None:
+    out = run_script("admission.py", "--counts", "0,10", "--repeats", "1")
+    assert "           0  " in out and "          10  " in out, out

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from e2e_harness import (
+    UNLIMITED_TURNS,
     Delivery,
     ServerProcess,
     Sink,
@@ -60,7 +61,7 @@ async def _messages(http: httpx.AsyncClient, chat_jid: str) -> list[dict[str, An
 async def test_sigkill_while_turns_run_loses_nothing_and_answers_once(
     start_server: StartServer, sink: Sink
 ):
-    env = {"POSTROOM_PROVIDERS__ECHO__DELAY_MS": "50", **sink.env()}
+    env = {"POSTROOM_PROVIDERS__ECHO__DELAY_MS": "50", **sink.env(), **UNLIMITED_TURNS}
     server = start_server(env)
     plan = _plan()
     by_id = {m["id"]: m for m in plan}

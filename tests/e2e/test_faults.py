@@ -28,6 +28,7 @@ import pytest
 from postroom.engine.delivery import DeliverySettings
 
 from e2e_harness import (
+    UNLIMITED_TURNS,
     Delivery,
     ServerProcess,
     Sink,
@@ -232,7 +233,7 @@ async def test_repeated_sigkill_under_load_loses_nothing_and_answers_once(
     start_server: StartServer, sink: Sink
 ):
     rng = random.Random(KILL_SEED)
-    env = {"POSTROOM_PROVIDERS__ECHO__DELAY_MS": "20", **sink.env()}
+    env = {"POSTROOM_PROVIDERS__ECHO__DELAY_MS": "20", **sink.env(), **UNLIMITED_TURNS}
     load = _Load(_plan("kill", KILL_CHATS, KILL_TOTAL), rng)
     # A kill comes once about a quarter, half and three quarters of the messages were
     # acknowledged (give or take), then after a random pause of up to a few turns' length.
@@ -413,6 +414,7 @@ async def test_flaky_provider_answers_or_reports_every_message(
             "POSTROOM_QUEUE__MAX_ATTEMPTS": "2",
             "POSTROOM_QUEUE__BACKOFF_BASE": "100ms",
             **sink.env(),
+            **UNLIMITED_TURNS,
         }
         server = await asyncio.to_thread(start_server, env)
         pending = list(plan)

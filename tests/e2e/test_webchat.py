@@ -56,7 +56,19 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         "POSTROOM_SCHEDULER__TICK": "1s",
     }
     process = subprocess.Popen(
-        [sys.executable, "-m", "postroom", "--data", str(data), "serve", "--port", "0"],
+        # Debug level: every line the server can write is captured, for the secrets test.
+        [
+            sys.executable,
+            "-m",
+            "postroom",
+            "--data",
+            str(data),
+            "--log-level",
+            "debug",
+            "serve",
+            "--port",
+            "0",
+        ],
         stderr=subprocess.PIPE,
         env=env,
     )
@@ -426,3 +438,36 @@ def test_a_streamed_answer_grows_on_the_page_and_only_the_final_text_is_kept(
     assert len(sink.for_chat(platform)) == 1
     # The anonymous page never saw another chat's answer being written.
     assert not [t for t in page.evaluate("window.streamed") if "platform" in t]
+
+
+@pytest.mark.timeout(120)
+def test_the_token_never_reaches_the_log(server: Server, browser: Browser) -> None:
+    """A session with the token in every place it is used: a dashboard sign-in, the operator's
+    chat and a message sent from it, an old ?token= link and a socket with a token in its URL
+    (both refused), tabs closed (WebSocket disconnects), API calls with the header. The
+    captured log (debug level, the whole module's session) never holds the token, and a
+    disconnect is one quiet line."""
+    disconnects = sum("web.disconnected" in line for line in server.log)
+    operator = _signed_in(browser, server)
+    expect(operator.locator("#operator")).to_be_visible()
+    _send(operator, "a message from the operator")
+    expect(operator.locator('[data-testid="message"][data-type="assistant"]').first).to_be_visible(
+        timeout=15_000
+    )
+    operator.context.close()
+    old_link = _open(browser, f"{server.url}/?token={server.token}")
+    old_link.context.close()
+    url = server.url.replace("http://", "ws://") + f"/ws/chat/main?token={server.token}"
+    with connect(url, proxy=None) as socket, pytest.raises(ConnectionClosed):
+        socket.recv(timeout=5)
+    auth = {"Authorization": f"Bearer {server.token}"}
+    assert httpx.get(f"{server.url}/api/v1/messages", headers=auth, timeout=10).status_code == 200
+    assert httpx.get(f"{server.url}/metrics", headers=auth, timeout=10).status_code == 200
+    wait_for(
+        lambda: sum("web.disconnected" in line for line in server.log) >= disconnects + 2,
+        what="the closed tabs' disconnects in the log",
+        details=lambda: "".join(server.log[-40:]),
+    )
+    captured = "".join(server.log)
+    assert server.token not in captured
+    assert "Traceback" not in captured and "WebSocketDisconnect" not in captured

@@ -15,6 +15,7 @@ import hmac
 import json
 import socket
 import sqlite3
+import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -872,9 +873,14 @@ async def test_webhook_body_idempotency_key_and_signature(
         assert len(payload["content"]) <= 4000
         assert headers["content-type"].startswith("application/json")
         assert headers["idempotency-key"] == f"{message.message_id}:{chat}:{index}"
-        expected = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-        assert headers["x-postroom-signature"] == expected
-        assert hmac.compare_digest(headers["x-postroom-signature"], sign_body(secret, body))
+        # INTERFACES §4: t=<unix seconds>,v1=<HMAC of "<t>.<path as sent>.<body>">.
+        t_part, _, v1_part = headers["x-postroom-signature"].partition(",")
+        t = int(t_part.removeprefix("t="))
+        assert abs(t - time.time()) < 60
+        signed = f"{t}./hook.".encode() + body
+        expected = hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
+        assert v1_part == f"v1={expected}"
+        assert sign_body(secret, url, body, now=t) == headers["x-postroom-signature"]
     assert words(" ".join(json.loads(b)["content"] for _, b in state.requests)) == words(text)
 
     # Without a secret there is no signature header.

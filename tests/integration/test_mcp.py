@@ -55,6 +55,9 @@ TOOLS = {
     "send_message",
     "get_run",
     "disengage",
+    "list_principals",
+    "approve_pairing",
+    "deny_pairing",
 }
 READ_TOOLS = {
     "list_routes",
@@ -67,6 +70,7 @@ READ_TOOLS = {
     "list_drops",
     "read_messages",
     "get_run",
+    "list_principals",
 }
 
 

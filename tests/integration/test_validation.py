@@ -5,6 +5,7 @@ message is refused with nothing stored and no turn, and adapters skip one.
 
 from __future__ import annotations
 
+import base64
 import importlib
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -131,6 +132,10 @@ async def gateway(initialized: Path) -> AsyncIterator[tuple[Gateway, httpx.Async
         await built.close()
 
 
+#: A picture sent inline (a URL would be fetched, and tests reach no other host).
+PICTURE = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"pixels" * 10).decode()
+
+
 async def test_an_empty_message_is_refused_with_nothing_stored_and_no_turn(
     gateway: tuple[Gateway, httpx.AsyncClient],
 ) -> None:
@@ -154,7 +159,7 @@ async def test_an_empty_message_is_refused_with_nothing_stored_and_no_turn(
             "chat_jid": CHAT,
             "sender": SENDER,
             "content": "",
-            "attachments": [{"kind": "image", "url": "https://example.org/a.png"}],
+            "attachments": [{"kind": "image", "mime": "image/png", "data": PICTURE}],
         },
     )
     assert response.status_code == 200 and response.json()["decision"]["action"] == "fire"

@@ -140,3 +140,19 @@ async def test_a_forged_or_altered_cookie_gives_a_new_visitor_never_another_ones
         page = await http.get("/chat/main")
     replaced = page.cookies.get(VISITOR_COOKIE)
     assert replaced and replaced not in (alice, bob)
+
+
+async def test_a_non_ascii_cookie_gives_a_new_visitor_not_an_error(
+    server: tuple[Gateway, str],
+) -> None:
+    _, url = server
+    alice = await new_cookie(url)
+    value, _, mac = alice.rpartition(".")
+    forged = f"{value}.{mac[:-1]}é".encode("latin-1")
+    async with httpx.AsyncClient(base_url=url) as http:
+        page = await http.get(
+            "/chat/main", headers={"Cookie": VISITOR_COOKIE.encode() + b"=" + forged}
+        )
+    assert page.status_code == 200, page.text
+    replaced = page.cookies.get(VISITOR_COOKIE)
+    assert replaced and replaced != alice

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
+
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 from postroom.core import InvalidInput, Mode, TargetSyntaxError, parse_target, sender_slug
+
+
+def _fingerprint(room: str) -> str:
+    return hashlib.sha256(room.encode()).hexdigest()[:8]
 
 
 @pytest.mark.parametrize(
@@ -92,6 +101,7 @@ def test_invalid_targets_are_rejected(text: str, pieces: list[str]) -> None:
 # ---------------------------------------------------------------------------------------------
 # §2.3: {sender} expansion; the spec's table first.
 
+
 SPEC_EXPANSIONS = [
     ("discord:user/alice", "atlas/dc-alice"),
     ("telegram:user/12345", "atlas/tg-12345"),
@@ -101,6 +111,7 @@ SPEC_EXPANSIONS = [
     ("web:user/7", "atlas/web-7"),
     ("evil:../../etc/passwd", "atlas/ev-etc-passwd"),
     ("tui-user", "atlas/tui-user"),
+    ("telegram:user/Ålice", "atlas/tg-lice-" + _fingerprint("Ålice")),
     ("", ""),
     ("x:///", ""),
 ]
@@ -138,7 +149,9 @@ def test_spec_sender_expansion_table(sender: str, expected: str) -> None:
         pytest.param("email:address/x", "em-x", id="address-kind"),
         pytest.param("mastodon:account/x", "ma-x", id="account-kind"),
         pytest.param("web:anon/7", "web-anon-7", id="non-person-kind-kept"),
-        pytest.param("discord:user/ÄBC", "dc-bc", id="non-ascii-becomes-dash"),
+        pytest.param(
+            "discord:user/ÄBC", "dc-bc-" + _fingerprint("ÄBC"), id="non-ascii-fingerprinted"
+        ),
     ],
 )
 def test_sender_slug(sender: str, slug: str) -> None:
@@ -152,14 +165,58 @@ def test_person_kind_alone_leaves_an_empty_id(sender: str) -> None:
     assert parse_target("atlas/{sender}").expand(sender) == ""
 
 
-def test_id_is_cut_to_48_characters() -> None:
-    slug = sender_slug("discord:user/" + "a" * 60)
-    assert slug == "dc-" + "a" * 48
+def test_an_id_of_48_characters_is_kept_whole() -> None:
+    assert sender_slug("discord:user/" + "a" * 48) == "dc-" + "a" * 48
 
 
-def test_dash_at_the_cut_is_trimmed() -> None:
-    # lowercased + slugged: 47 a's, '-', 'b' → cut to 48 → trailing '-' trimmed.
-    assert sender_slug("discord:user/" + "a" * 47 + ".b") == "dc-" + "a" * 47
+def test_a_cut_id_is_fingerprinted() -> None:
+    room = "a" * 60
+    assert sender_slug("discord:user/" + room) == "dc-" + "a" * 39 + "-" + _fingerprint(room)
+
+
+def test_dash_at_the_cut_is_trimmed_before_the_fingerprint() -> None:
+    # lowercased + slugged: 38 a's, '-', 'b'… → cut to 39 → trailing '-' trimmed.
+    room = "a" * 38 + ".b" + "c" * 20
+    assert sender_slug("discord:user/" + room) == "dc-" + "a" * 38 + "-" + _fingerprint(room)
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        pytest.param("discord:user/alice", "discord:user/alice\u200b", id="zero-width-space"),
+        pytest.param("discord:user/alice", "discord:user/\u0430lice", id="cyrillic-a"),
+        pytest.param("discord:user/Ålice", "discord:user/\u0430lice", id="a-ring-vs-cyrillic"),
+        pytest.param("discord:user/Ålice", "discord:user/Alice", id="a-ring-vs-latin"),
+        pytest.param(
+            "email:address/" + "x" * 48 + "@one.org",
+            "email:address/" + "x" * 48 + "@two.org",
+            id="long-addresses-sharing-48",
+        ),
+    ],
+)
+def test_lossy_ids_never_share_a_folder(one: str, other: str) -> None:
+    assert sender_slug(one) != sender_slug(other)
+
+
+def test_a_wholly_non_ascii_id_is_its_fingerprint() -> None:
+    # Nothing survives the slug, but the room is not empty: the person still gets a folder.
+    assert sender_slug("telegram:user/Ωμέγα") == "tg-" + _fingerprint("Ωμέγα")
+
+
+_LOSSY_ROOMS = st.one_of(
+    st.text(min_size=1, max_size=80).filter(lambda t: not t.isascii() or not t.isprintable()),
+    st.text(alphabet="abc.-_", min_size=49, max_size=90),
+)
+
+
+@given(one=_LOSSY_ROOMS, other=_LOSSY_ROOMS)
+def test_distinct_lossy_rooms_land_in_distinct_folders(one: str, other: str) -> None:
+    assume(one != other)
+    first, second = sender_slug("discord:user/" + one), sender_slug("discord:user/" + other)
+    assert first != second
+    for slug in (first, second):
+        assert re.fullmatch(r"dc-[a-z0-9_-]+", slug)
+        assert len(slug) <= len("dc-") + 48
 
 
 def test_accepted_collisions() -> None:

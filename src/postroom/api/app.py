@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from postroom import __version__
+from postroom.api.access import build_access_router
 from postroom.api.errors import describe_validation, error_response, error_status
 from postroom.api.ingest_lane import IngestLane, documented_route
 from postroom.api.middleware import BearerAuth, BodyLimit, JsonBodies
@@ -72,6 +73,7 @@ def create_api(
         return PlainTextResponse(body.decode(), media_type=content_type)
 
     app.include_router(build_router(ctx))
+    app.include_router(build_access_router(ctx.services))
     # The statuses the server really answers (400, not FastAPI's 422), and the ingest lane's
     # endpoint, which FastAPI's routing never sees; built on first request.
     app.openapi = corrected_openapi(app, documented_route())  # type: ignore[method-assign]

@@ -41,6 +41,11 @@ class MessageIn(_Body):
     topic: str = Field("", max_length=255, description="The platform's native thread.")
     verb: str = "message"
     mentioned: StrictBool = False
+    is_from_me: StrictBool = Field(
+        False, description="The bot's own message echoed back: stored, never routed."
+    )
+    #: A direct message (ROUTING §8: admission by dm_policy); false is group-like.
+    is_dm: StrictBool = False
     attachments: list[AttachmentIn] = Field(default_factory=list, max_length=32)
 
 
@@ -86,6 +91,14 @@ class TaskIn(_Body):
     schedule: str = Field(description="5-field cron, 'every N s|m|h', or an ISO-8601 time")
     prompt: str
     tz: str | None = None
+
+
+class PrincipalIn(_Body):
+    pattern: StrictStr = Field(
+        max_length=1024, description="A sender JID or glob, e.g. telegram:user/42 or telegram:*"
+    )
+    role: StrictStr = Field(description="owner, member or blocked")
+    note: StrictStr = Field("", max_length=1024)
 
 
 class TokenIn(_Body):

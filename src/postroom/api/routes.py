@@ -34,6 +34,7 @@ from postroom.api.uploads import Uploads
 from postroom.core.attachments import IMAGE_MIMES, Blob
 from postroom.core.errors import InvalidInput
 from postroom.core.messages import Attachment, InboundMessage
+from postroom.engine.budgets import with_budget_warning
 from postroom.engine.folders import FolderSpec, folder_to_dict
 from postroom.engine.inbound import build_inbound
 from postroom.engine.preview import DEFAULT_PREVIEW, MAX_PREVIEW
@@ -94,6 +95,8 @@ def inbound_from_body(body: MessageIn, *, clock: Callable[[], datetime]) -> Inbo
         topic=body.topic,
         reply_to=body.reply_to,
         mentioned=body.mentioned,
+        is_from_me=body.is_from_me,
+        is_dm=body.is_dm,
         message_id=body.id,
         sender_name=body.sender_name,
         timestamp=body.timestamp,
@@ -266,7 +269,7 @@ def build_router(ctx: ApiContext) -> APIRouter:
         folder = await services.folders.add_folder(
             body.path, spec, actor=who.actor(SURFACE), within=who.folder
         )
-        return folder_to_dict(folder)
+        return await with_budget_warning(services.budgets, folder)
 
     # -- skills (before the folder routes: {path:path} would take ".../skills") ---------------
     @api.get("/folders/{path:path}/skills", summary="The skills a folder sees (own, inherited)")
@@ -320,7 +323,7 @@ def build_router(ctx: ApiContext) -> APIRouter:
         folder = await services.folders.update(
             path, body, actor=who.actor(SURFACE), within=who.folder
         )
-        return folder_to_dict(folder)
+        return await with_budget_warning(services.budgets, folder)
 
     @api.delete("/folders/{path:path}", status_code=204, responses=refusals(409))
     async def delete_folder(path: str, who: Principal = Caller) -> Response:

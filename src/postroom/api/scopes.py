@@ -76,6 +76,13 @@ ENDPOINTS: tuple[Endpoint, ...] = tuple(
         ("GET", "/api/v1/tokens", ADMIN, False),
         ("POST", "/api/v1/tokens", ADMIN, False),
         ("DELETE", "/api/v1/tokens/{name}", ADMIN, False),
+        ("GET", "/api/v1/access", READ, False),
+        ("GET", "/api/v1/access/pending", READ, False),
+        ("POST", "/api/v1/access", ADMIN, False),
+        ("POST", "/api/v1/access/pending/{code}/approve", ADMIN, False),
+        ("POST", "/api/v1/access/pending/{code}/deny", ADMIN, False),
+        ("DELETE", "/api/v1/access/{id}", ADMIN, False),
+        ("GET", "/api/v1/budgets", READ, False),
         ("GET", "/api/v1/openapi.json", READ, True),
         ("GET", "/metrics", READ, False),
     )

@@ -19,6 +19,7 @@ import structlog
 from starlette.routing import BaseRoute
 
 from postroom.channels.base import BaseChannel, ChannelContext
+from postroom.channels.hook import disabled_routes
 from postroom.config import Config
 from postroom.core.errors import ConfigError
 from postroom.core.jid import split_jid
@@ -94,7 +95,10 @@ class ChannelHost:
         self._typing: asyncio.Task[None] | None = None
 
     def routes(self) -> list[BaseRoute]:
-        return [route for channel in self.channels for route in channel.routes()]
+        routes = [route for channel in self.channels for route in channel.routes()]
+        if not any(channel.name == "hook" for channel in self.channels):
+            routes.extend(disabled_routes())
+        return routes
 
     async def start(self, context: ChannelContext) -> None:
         for channel in self.channels:

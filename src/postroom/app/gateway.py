@@ -27,6 +27,7 @@ from postroom.api.uploads import UrlFetcher
 from postroom.app.channels import ChannelHost, build_channels
 from postroom.app.metrics import PrometheusMetrics, TrafficSummary
 from postroom.app.providers import build_providers, close_providers
+from postroom.app.serve_lock import ServeLock
 from postroom.app.server_client import remove_serve_file, write_serve_file
 from postroom.app.wiring import (
     build_http,
@@ -60,9 +61,23 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 
+#: INTERFACES §1: the shortest API token ``serve`` accepts.
+MIN_TOKEN_LENGTH = 16
+
+
 def check_bind(host: str, token: str) -> None:
-    """Refuse a non-loopback bind without an API token (INTERFACES §4)."""
+    """Refuse a weak API token, and a non-loopback bind without one (INTERFACES §1, §4).
+
+    An empty token is allowed on loopback only (the API is then open to local processes);
+    any other token must pass the token rule, so a whitespace-only or short one cannot stand
+    between the network and the operator's view.
+    """
     if token:
+        if len(token) < MIN_TOKEN_LENGTH or any(ch.isspace() for ch in token):
+            raise ConfigError(
+                f"Refusing to start: [api] token in {CONFIG_FILE} must have at least "
+                f"{MIN_TOKEN_LENGTH} characters and no whitespace."
+            )
         return
     try:
         loopback = ipaddress.ip_address(host).is_loopback
@@ -374,9 +389,14 @@ async def serve(
     port: int,
     on_ready: Callable[[str, int], None] | None = None,
 ) -> None:
-    gateway = await Gateway.build(data_dir, config)
-    try:
-        await gateway.run(host=host, port=port, on_ready=on_ready)
-    except BaseException:
-        await gateway.close()
-        raise
+    """``postroom serve``: check, lock the data directory, build, run until stopped."""
+    check_bind(host, config.api.token)
+    # One server per SQLite file (PIPELINE §2), locked before the database is even opened; a
+    # store shared by many nodes would skip this.
+    with ServeLock.acquire(data_dir):
+        gateway = await Gateway.build(data_dir, config)
+        try:
+            await gateway.run(host=host, port=port, on_ready=on_ready)
+        except BaseException:
+            await gateway.close()
+            raise

@@ -36,6 +36,7 @@ from postroom.engine.compaction import CompactionSettings, Compactor
 from postroom.engine.context_builder import ContextBuilder, ContextSettings
 from postroom.engine.delivery import DeliveryLoop, DeliverySettings, SinkRouter
 from postroom.engine.enrich import Enricher, FetchAttachment, Transcribe
+from postroom.engine.files import create_file
 from postroom.engine.ingest import IngestLimits
 from postroom.engine.memory import MemoryService
 from postroom.engine.runner import ProviderRunner
@@ -122,6 +123,7 @@ def build_services(
             content_bytes=config.limits.content_bytes,
             attachments=attachment_limits(config),
             missing_notice_s=config.routing.missing_folder_notice_s,
+            turns_per_minute=config.limits.turns_per_minute,
         ),
         clock=clock,
         queue=queue_settings(config),
@@ -131,6 +133,8 @@ def build_services(
         tick_s=config.scheduler.tick_s,
         api_token=config.api.token,
         providers=config.provider_names(),
+        access=config.access.policy(),
+        model_overrides=config.model_overrides(),
         skills=SkillLimits(
             max_per_run=config.skills.max_per_run, max_chars=config.skills.max_chars
         ),
@@ -347,10 +351,9 @@ def provider_status(providers: Mapping[str, Provider]) -> list[dict[str, Any]]:
 
 
 def web_secret(data_dir: Path) -> bytes:
+    """The key that signs visitor cookies: made once (0600 from the start), then kept."""
     path = data_dir / SECRET_FILE
-    if not path.exists():
-        path.write_text(secrets.token_hex(32), "utf-8")
-        path.chmod(0o600)
+    create_file(path, secrets.token_hex(32))
     return path.read_text("utf-8").strip().encode()
 
 

@@ -150,11 +150,14 @@ async def services_for(cli: CliContext, *, require: bool = True) -> AsyncIterato
                 image_bytes=config.limits.image_bytes, file_bytes=config.limits.file_bytes
             ),
             missing_notice_s=config.routing.missing_folder_notice_s,
+            turns_per_minute=config.limits.turns_per_minute,
         ),
         queue=QueueSettings(max_attempts=config.queue.max_attempts),
         owners=frozenset(config.owners.senders),
         tick_s=config.scheduler.tick_s,
         providers=config.provider_names(),
+        access=config.access.policy(),
+        model_overrides=config.model_overrides(),
     )
     try:
         yield services

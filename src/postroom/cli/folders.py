@@ -14,11 +14,13 @@ from postroom.cli.common import (
     run,
     services_for,
     shorten,
+    stderr,
     stdout,
     table,
 )
 from postroom.core.folder_settings import SETTING_KEYS, settings_of
 from postroom.core.folders import Folder, FolderSettings, ancestors, effective_settings
+from postroom.engine.budgets import with_budget_warning
 from postroom.engine.folders import FolderSpec, folder_to_dict
 
 __all__ = ["app"]
@@ -77,19 +79,26 @@ def add(
         budget_per_day=budget_per_day,
     )
 
-    async def body() -> tuple[Folder, list[str]]:
+    async def body() -> tuple[dict[str, Any], list[str]]:
         async with services_for(cli) as services:
             existing = {f.path for f in await services.folders.list_folders()}
             folder = await services.folders.add_folder(path, spec, actor=actor())
-        return folder, [p for p in ancestors(path) if p not in existing]
+            answer = await with_budget_warning(services.budgets, folder)
+        return answer, [p for p in ancestors(path) if p not in existing]
 
-    folder, parents = run(body)
+    answer, parents = run(body)
     if as_json:
-        print_json(folder_to_dict(folder))
+        print_json(answer)
         return
     for parent in parents:
-        stdout.print(f"Added folder {parent} (the parent of {folder.path}, which was missing)")
-    stdout.print(f"Added folder {folder.path}")
+        stdout.print(f"Added folder {parent} (the parent of {answer['path']}, which was missing)")
+    stdout.print(f"Added folder {answer['path']}")
+    _warn(answer)
+
+
+def _warn(answer: dict[str, Any]) -> None:
+    for warning in answer.get("warnings", ()):
+        stderr.print(Text("warning: ", style="bold yellow") + Text(warning))
 
 
 @app.command("set")
@@ -131,15 +140,17 @@ def set_(
     for key in unset or ():
         changes[key.replace("-", "_")] = None
 
-    async def body() -> Folder:
+    async def body() -> dict[str, Any]:
         async with services_for(cli) as services:
-            return await services.folders.update(path, changes, actor=actor())
+            folder = await services.folders.update(path, changes, actor=actor())
+            return await with_budget_warning(services.budgets, folder)
 
-    folder = run(body)
+    answer = run(body)
     if as_json:
-        print_json(folder_to_dict(folder))
-    else:
-        stdout.print(f"Changed folder {folder.path}: {', '.join(sorted(changes))}")
+        print_json(answer)
+        return
+    stdout.print(f"Changed folder {answer['path']}: {', '.join(sorted(changes))}")
+    _warn(answer)
 
 
 @app.command("show")

@@ -11,7 +11,7 @@ import typer
 
 from postroom import __version__
 from postroom.app.detect import ECHO_HINT, detect_provider
-from postroom.cli import folders, jobs, messages, routes, skills, tasks, tokens
+from postroom.cli import access, folders, jobs, messages, routes, skills, tasks, tokens
 from postroom.cli.channels import channels
 from postroom.cli.chat import chat
 from postroom.cli.common import (
@@ -30,6 +30,7 @@ from postroom.cli.serve import serve
 from postroom.cli.usage import PostroomGroup
 from postroom.config import DATABASE_FILE, initial_config_text
 from postroom.engine.bootstrap import bootstrap
+from postroom.engine.files import create_file, make_private_dir
 from postroom.logs import configure_logging
 
 __all__ = ["app", "main"]
@@ -49,6 +50,7 @@ app.add_typer(jobs.app, name="jobs")
 app.add_typer(jobs.runs_app, name="runs")
 app.add_typer(tasks.app, name="tasks")
 app.add_typer(tokens.app, name="tokens")
+app.add_typer(access.app, name="access")
 app.add_typer(skills.app, name="skills")
 messages.register(app)
 app.command("serve")(serve)
@@ -102,7 +104,7 @@ def init(
     cli = context(ctx)
 
     async def body() -> dict[str, object]:
-        cli.data_dir.mkdir(parents=True, exist_ok=True)
+        make_private_dir(cli.data_dir)
         path = config_path(cli)
         token: str | None = None
         wrote_config = False
@@ -110,14 +112,13 @@ def init(
         if not path.exists():
             detected = detect_provider(os.environ)
             token = secrets.token_urlsafe(32)
-            path.write_text(
+            wrote_config = create_file(
+                path,
                 initial_config_text(
                     token=token, provider=detected.provider, provider_model=detected.model
                 ),
-                "utf-8",
             )
-            path.chmod(0o600)
-            wrote_config = True
+            token = token if wrote_config else None
         existed = (cli.data_dir / DATABASE_FILE).exists()
         async with services_for(cli, require=False) as services:
             report = await bootstrap(services, actor=actor())
@@ -152,7 +153,7 @@ def init(
     else:
         stdout.print("The folders and routes were already set up; nothing changed.")
     stdout.print(
-        "Next: postroom serve, then open http://127.0.0.1:8484 (operator view: add ?token=<token>)."
+        "Next: postroom serve, then open http://127.0.0.1:8484 (operator view: add #token=<token>)."
     )
 
 

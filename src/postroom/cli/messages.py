@@ -42,6 +42,9 @@ def send(
     topic: Annotated[str, typer.Option("--topic", help="The platform's native thread.")] = "",
     reply_to: Annotated[str | None, typer.Option("--reply-to")] = None,
     mentioned: Annotated[bool, typer.Option("--mentioned")] = False,
+    is_dm: Annotated[
+        bool, typer.Option("--dm", help="A direct message (admitted by [access] dm_policy).")
+    ] = False,
     wait: Annotated[
         bool,
         typer.Option(
@@ -69,6 +72,7 @@ def send(
             topic=topic,
             reply_to=reply_to,
             mentioned=mentioned,
+            is_dm=is_dm,
             message_id=message_id,
             sender_name=sender_name,
         )

@@ -9,6 +9,7 @@ import typer
 from rich.text import Text
 
 from postroom.cli.common import context, print_json, run, services_for, stdout, table
+from postroom.engine.budgets import BudgetStatus
 from postroom.store.records import UsageRow
 
 __all__ = ["doctor", "usage"]
@@ -19,37 +20,57 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print the result as JS
 def usage(
     ctx: typer.Context,
     days: Annotated[int, typer.Option(min=1, max=3650, help="How far back (days).")] = 30,
+    budgets: Annotated[
+        bool,
+        typer.Option(
+            "--budgets", help="Only the budgeted folders: today's cost (UTC) against the budget."
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Tokens and cost per day, folder and model."""
+    """Tokens and cost per day, folder and model, and each folder's spend against its
+    budget_per_day."""
     cli = context(ctx)
-    since = datetime.now(UTC) - timedelta(days=days)
+    now = datetime.now(UTC)
+    since = now - timedelta(days=days)
 
-    async def body() -> list[UsageRow]:
+    async def body() -> tuple[list[UsageRow], list[BudgetStatus]]:
         async with services_for(cli) as services:
-            return await services.history.usage(since=since)
+            rows = [] if budgets else await services.history.usage(since=since)
+            return rows, await services.budgets.today(now=now)
 
-    rows = run(body)
+    rows, spend = run(body)
+    if budgets:
+        if as_json:
+            print_json([b.to_dict() for b in spend])
+        else:
+            _print_budgets(spend, empty="No folder has a budget_per_day.")
+        return
     if as_json:
-        print_json(
-            [
-                {
-                    "day": r.day,
-                    "folder": r.folder,
-                    "provider": r.provider,
-                    "model": r.model,
-                    "runs": r.runs,
-                    "input_tokens": r.input_tokens,
-                    "output_tokens": r.output_tokens,
-                    "cost": None if r.cost is None else round(r.cost, 6),
-                }
-                for r in rows
-            ]
-        )
+        print_json([_usage_row(r) for r in rows])
         return
     if not rows:
         stdout.print("No runs in that period.", style="dim")
-        return
+    else:
+        _print_usage(rows)
+    if spend:
+        _print_budgets(spend, empty="")
+
+
+def _usage_row(r: UsageRow) -> dict[str, object]:
+    return {
+        "day": r.day,
+        "folder": r.folder,
+        "provider": r.provider,
+        "model": r.model,
+        "runs": r.runs,
+        "input_tokens": r.input_tokens,
+        "output_tokens": r.output_tokens,
+        "cost": None if r.cost is None else round(r.cost, 6),
+    }
+
+
+def _print_usage(rows: list[UsageRow]) -> None:
     lines = table(
         "day",
         "folder",
@@ -82,6 +103,33 @@ def usage(
             '[models."<name>"] of postroom.toml)'
         )
     stdout.print(total, markup=False)
+
+
+def _print_budgets(spend: list[BudgetStatus], *, empty: str) -> None:
+    if not spend:
+        stdout.print(empty, style="dim")
+        return
+    lines = table(
+        "folder",
+        "budget/day (USD)",
+        "spent today",
+        "left",
+        "state",
+        keep=("budget/day (USD)", "spent today", "left", "state"),
+    )
+    for b in spend:
+        state = "reached: no turns until 00:00 UTC" if b.reached else "ok"
+        if b.unpriced_runs:
+            state += f"; {b.unpriced_runs} unpriced run(s) not counted"
+        lines.add_row(
+            b.folder,
+            f"{b.budget:.2f}",
+            f"{b.spent:.4f}",
+            f"{max(b.budget - b.spent, 0.0):.4f}",
+            state,
+        )
+    stdout.print("Budgets today (UTC; a folder's budget covers the folders under it):")
+    stdout.print(lines)
 
 
 def doctor(

@@ -231,6 +231,9 @@ def explain(
     mentioned: Annotated[
         bool, typer.Option("--mentioned", help="The platform says the bot was mentioned.")
     ] = False,
+    is_dm: Annotated[
+        bool, typer.Option("--dm", help="A direct message (admitted by [access] dm_policy).")
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """The decision for a hypothetical message, with the reason trail. Changes nothing."""
@@ -245,6 +248,7 @@ def explain(
             topic=topic,
             reply_to=reply_to,
             mentioned=mentioned,
+            is_dm=is_dm,
         )
         async with services_for(cli) as services:
             services.ingest.validate(message, operator=True)

@@ -39,7 +39,8 @@ def serve(
 
     cli = context(ctx)
     root = ctx.find_root().params
-    configure_logging(level=str(root.get("log_level") or "info"), json=log_json)
+    level = str(root.get("log_level") or "info")
+    configure_logging(level=level, json=log_json)
     overrides: dict[str, dict[str, object]] = {"server": {}}
     if host is not None:
         overrides["server"]["host"] = host
@@ -57,6 +58,8 @@ def serve(
     with user_errors():
         cli.require_initialized()
         config = cli.config_with(overrides)
+        # From here on the configured secrets are known: no log line may carry one.
+        configure_logging(level=level, json=log_json, secrets=config.secret_values())
         with _runner() as runner:
             runner.run(
                 serve_gateway(

@@ -13,6 +13,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from postroom.core.access import Role
 from postroom.core.messages import MessageType, Verb
 
 __all__ = [
@@ -38,12 +39,15 @@ class Action(StrEnum):
 
 
 class Layer(StrEnum):
+    ACCESS = "access"
     OPERATOR = "operator"
     ENGAGEMENT = "engagement"
     REPLY_CHAIN = "reply_chain"
     STICKY = "sticky"
     ROUTE = "route"
     COMMAND = "command"
+    #: PIPELINE §1 item 7: the chat fired too many turns in the last minute.
+    LIMIT = "limit"
     MISS = "miss"
     OWN = "own"
     DUPLICATE = "duplicate"
@@ -52,6 +56,9 @@ class Layer(StrEnum):
 class DropReason(StrEnum):
     NO_ROUTE = "no_route"
     FOLDER_MISSING = "folder_missing"
+    NOT_ADMITTED = "not_admitted"
+    PAIRING_PENDING = "pairing_pending"
+    BLOCKED = "blocked"
 
 
 class CommandKind(StrEnum):
@@ -147,6 +154,12 @@ class Decision:
     drop: DropReason | None = None
     #: The fired folder does not exist yet: create it under this ``{sender}`` template parent.
     create_from_template: str | None = None
+    #: The role of the principal that admitted the sender (ROUTING §8), if one did.
+    role: Role | None = None
+    #: Observed by the chat's turn limit (layer ``limit``), not by a folder's budget.
+    rate_limited: bool = False
+    #: Admission refused a stranger's DM and a pairing code is to be sent to the chat.
+    send_code: bool = False
 
     @property
     def reason(self) -> str:
@@ -162,6 +175,21 @@ class Decision:
 
     def as_duplicate(self) -> Decision:
         return replace(self, layer=Layer.DUPLICATE)
+
+    def as_rate_limited(self, turns_per_minute: int) -> Decision:
+        """This firing decision, observed instead: the chat is over its turns per minute
+        (PIPELINE §1 item 7, the loop guard of last resort)."""
+        return replace(
+            self,
+            action=Action.OBSERVE,
+            layer=Layer.LIMIT,
+            rate_limited=True,
+            trail=(
+                *self.trail,
+                f"the chat fired {turns_per_minute} turns in the last 60 s "
+                "([limits] turns_per_minute): observed, no turn",
+            ),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The public decision object: every key present, ``None`` where it does not apply."""

@@ -46,9 +46,10 @@ TOOL_OK = "✅ "
 TOOL_FAILED = "❌ "
 
 #: The ``metadata.source`` of host notices meant for a chat's people: acks and answers of
-#: commands, "could not answer", "trying again". Every other notice (a conductor's outcome, a
+#: commands, "could not answer", "trying again", a pairing code and its approval, a used daily
+#: budget. Every other notice (a conductor's outcome, a
 #: tag or delegation problem naming folders, a routing problem, a set-up hint) is for operators.
-CHAT_NOTICE_SOURCES = frozenset({"command", "turn_failed", "turn_retry"})
+CHAT_NOTICE_SOURCES = frozenset({"command", "turn_failed", "turn_retry", "pairing", "budget"})
 _CHAT_TYPES = frozenset({MessageType.USER, MessageType.ASSISTANT, MessageType.TOOL_RESULT})
 
 

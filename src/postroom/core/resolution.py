@@ -58,10 +58,15 @@ def resolve(
     *folders* is the set of existing folder paths. *now* is compared with engagement expiry.
     """
     if message.is_from_me or message.message_type is not MessageType.USER:
+        why = (
+            "the bot's own message (is_from_me)"
+            if message.message_type is MessageType.USER
+            else "written by the gateway itself"
+        )
         return Decision(
             Action.IGNORE,
             Layer.OWN,
-            trail=("written by the gateway itself: stored, never routed or steered",),
+            trail=(f"{why}: stored, never routed or steered",),
             verb=message.verb or "message",
         )
     content = message.content

@@ -6,6 +6,7 @@ message for context without a turn, any other ``#topic`` fires with that topic p
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -25,6 +26,9 @@ __all__ = [
 
 SENDER_TEMPLATE = "{sender}"
 SENDER_SLUG_MAX = 48
+#: A lossy id keeps this many characters before its ``-<fingerprint>`` (48 in all).
+_LOSSY_KEEP = 39
+_FINGERPRINT_HEX = 8
 SHORT_CODES: dict[str, str] = {
     "telegram": "tg",
     "whatsapp": "wa",
@@ -40,6 +44,7 @@ SHORT_CODES: dict[str, str] = {
 _PERSON_KINDS = frozenset({"user", "address", "account"})
 _NOT_SLUG = re.compile(r"[^a-z0-9_]+")
 _TOPIC = re.compile(r"[a-z0-9_-]+")
+_PRINTABLE_ASCII = re.compile(r"[\x20-\x7e]*")
 
 
 class Mode(StrEnum):
@@ -146,18 +151,29 @@ def sender_slug(sender: str) -> str:
     ``account``), lowercased, every run of characters outside ``[a-z0-9_]`` turned into one
     ``-``, cut to 48 characters and trimmed of ``-``. The result is always ``[a-z0-9_-]*`` and
     can never hold ``/`` or ``.``: a sender cannot steer a message out of the folder tree.
+
+    A lossy id — the room holds a character outside printable ASCII, or the cut dropped
+    characters — keeps 39 characters and gets ``-`` and 8 hex digits of the room's sha256:
+    ``alice`` with a zero-width space, a Cyrillic a (U+0430), or two long addresses sharing their
+    first 48 characters would otherwise share one folder (and its memory).
     """
-    platform, sep, ident = sender.partition(":")
+    platform, sep, room = sender.partition(":")
     if sep:
         short = SHORT_CODES.get(platform)
         if short is None:
             short = _slug(platform[:2]).strip("-")
     else:
-        short, ident = "", sender
-    kind, _, rest = ident.partition("/")
+        short, room = "", sender
+    kind, _, rest = room.partition("/")
     if kind in _PERSON_KINDS:
-        ident = rest
-    ident = _slug(ident)[:SENDER_SLUG_MAX].strip("-")
+        room = rest
+    slugged = _slug(room)
+    ident = slugged[:SENDER_SLUG_MAX].strip("-")
+    lossy = len(slugged) > SENDER_SLUG_MAX or not _PRINTABLE_ASCII.fullmatch(room)
+    if lossy and room:
+        digest = hashlib.sha256(room.encode("utf-8", "surrogatepass")).hexdigest()
+        kept = ident[:_LOSSY_KEEP].strip("-")
+        ident = f"{kept}-{digest[:_FINGERPRINT_HEX]}" if kept else digest[:_FINGERPRINT_HEX]
     if not ident:
         return ""
     return f"{short}-{ident}" if short else ident

@@ -5,8 +5,10 @@ State lookups and side effects around the pure domain of :mod:`postroom.core`, o
 :class:`postroom.store.Store`.
 """
 
+from postroom.engine.access import AccessService, Approval, pairing_to_dict, principal_to_dict
 from postroom.engine.answer import AnswerWriter
 from postroom.engine.bootstrap import BootstrapReport, bootstrap
+from postroom.engine.budgets import BudgetService, BudgetStatus
 from postroom.engine.catalog import Catalog, CatalogSnapshot
 from postroom.engine.clock import Clock, system_clock
 from postroom.engine.compaction import CompactionSettings, Compactor
@@ -33,10 +35,14 @@ from postroom.engine.worker import WorkerPool
 
 __all__ = [
     "OWNER",
+    "AccessService",
     "AgentResult",
     "AgentRunner",
     "AnswerWriter",
+    "Approval",
     "BootstrapReport",
+    "BudgetService",
+    "BudgetStatus",
     "Catalog",
     "CatalogSnapshot",
     "Clock",
@@ -78,8 +84,10 @@ __all__ = [
     "disengage",
     "folder_to_dict",
     "host_message",
+    "pairing_to_dict",
     "post_notice",
     "preview_traffic",
+    "principal_to_dict",
     "store_message_direct",
     "system_clock",
 ]

@@ -1,6 +1,7 @@
-"""The in-memory catalog: the indexed route table and the folder registry.
+"""The in-memory catalog: the indexed route table, the folder registry and the principals.
 
-Routing never re-reads the table from disk per message. Every route or folder write bumps a
+Routing never re-reads the table from disk per message. Every route, folder or principal write
+bumps a
 counter in the database; before routing, the engine compares that counter with the one its
 snapshot was built from (one indexed read inside the message's own transaction) and rebuilds
 only when another writer — this process or the CLI in another — changed something.
@@ -8,11 +9,12 @@ only when another writer — this process or the CLI in another — changed some
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import structlog
 
+from postroom.core.access import Principal, PrincipalTable, Role, escape_glob
 from postroom.core.errors import InvalidInput
 from postroom.core.folders import Folder, FolderDefaults, FolderSettings, effective_settings
 from postroom.core.match import parse_match
@@ -46,6 +48,8 @@ class CatalogSnapshot:
     index: RouteIndex
     folders: Mapping[str, Folder]
     paths: frozenset[str] = field(default_factory=frozenset)
+    #: Stored principals and ``[owners] senders`` (ROUTING §8).
+    principals: PrincipalTable = field(default_factory=PrincipalTable)
 
     def settings(self, path: str, defaults: FolderDefaults) -> FolderSettings:
         return effective_settings(path, self.folders, defaults)
@@ -57,8 +61,12 @@ _EMPTY = CatalogSnapshot(-1, RouteIndex(()), {}, frozenset())
 class Catalog:
     """Holds the current snapshot and refreshes it when the stored version moves."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, owners: Iterable[str] = ()) -> None:
         self._snapshot = _EMPTY
+        #: ``[owners] senders``: owner principals that live in the configuration.
+        self._owners = tuple(
+            Principal(None, escape_glob(sender), Role.OWNER) for sender in owners if sender
+        )
 
     @property
     def snapshot(self) -> CatalogSnapshot:
@@ -83,5 +91,8 @@ class Catalog:
                 # rather than refuse to route anything.
                 log.error("route.unreadable", route_id=record.id, error=str(exc))
         folders = {folder.path: folder for folder in await tx.list_folders()}
-        self._snapshot = CatalogSnapshot(version, RouteIndex(routes), folders, frozenset(folders))
+        principals = PrincipalTable([*await tx.list_principals(), *self._owners])
+        self._snapshot = CatalogSnapshot(
+            version, RouteIndex(routes), folders, frozenset(folders), principals
+        )
         return self._snapshot

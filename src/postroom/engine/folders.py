@@ -44,6 +44,7 @@ from postroom.engine.agent_file import (
 )
 from postroom.engine.catalog import Catalog
 from postroom.engine.clock import Clock
+from postroom.engine.files import make_private_dir
 from postroom.store.protocol import Store, StoreTx
 from postroom.store.records import FolderAuditRecord
 
@@ -414,7 +415,7 @@ class FolderService:
             return
         stamp = self._clock().strftime("%Y%m%dT%H%M%SZ")
         archive = self._folders_dir.parent / "removed" / f"{path.replace('/', '__')}.{stamp}"
-        archive.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dir(archive.parent)
         shutil.move(str(directory), str(archive))
 
 

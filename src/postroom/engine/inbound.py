@@ -25,6 +25,8 @@ def build_inbound(
     topic: str = "",
     reply_to: str | None = None,
     mentioned: bool = False,
+    is_from_me: bool = False,
+    is_dm: bool = False,
     message_id: str | None = None,
     sender_name: str = "",
     timestamp: datetime | None = None,
@@ -49,5 +51,7 @@ def build_inbound(
         topic=topic,
         verb=Verb(verb),
         mentioned=mentioned,
+        is_from_me=is_from_me,
+        is_dm=is_dm,
         attachments=tuple(attachments),
     )

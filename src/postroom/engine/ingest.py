@@ -4,8 +4,10 @@ One transaction per message: dedupe on ``(id, chat_jid)`` (messages and drops), 
 store the message — or, for a message nobody handles, a drop record without its content — and
 do what the decision asks for: enqueue or join a turn, apply a steering command and write its
 ``host`` acknowledgement to the outbox, create a ``{sender}`` folder, copy the message to the
-folder's mirror chats. Only after it commits may the adapter acknowledge the platform; then the
-workers, the delivery loop and the live feed are woken, and the chat's typing indicator starts.
+folder's mirror chats, offer a stranger a pairing code (ROUTING §8). A message that would fire
+under a folder whose daily budget is used up is stored as observed instead, and its chat told.
+Only after it commits may the adapter acknowledge the platform; then the workers, the delivery
+loop and the live feed are woken, and the chat's typing indicator starts.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import structlog
 
+from postroom.core.access import Role
 from postroom.core.attachments import AttachmentRef
 from postroom.core.decision import Action, CommandKind, Decision, DropReason, Layer
 from postroom.core.display import display_text
@@ -26,7 +29,9 @@ from postroom.core.folders import FolderDefaults, FolderSettings
 from postroom.core.jid import parse_jid
 from postroom.core.messages import INTERNAL_SENDERS, InboundMessage, MessageType, Sender
 from postroom.core.steering import normalize_topic
+from postroom.engine.access import open_pairing
 from postroom.engine.attachments import AttachmentLimits, stored_attachments
+from postroom.engine.budgets import BUDGET_NOTICE_S, BudgetBreach, budget_notice, find_breach
 from postroom.engine.catalog import Catalog
 from postroom.engine.clock import Clock
 from postroom.engine.commands import apply_command
@@ -36,6 +41,7 @@ from postroom.engine.notices import new_message_id, post_notice
 from postroom.engine.outbox import DeliveryKind, OutboundMessage, plan_deliveries, write_outbox
 from postroom.engine.router import Router
 from postroom.engine.signals import Signals
+from postroom.engine.turn_limit import DEFAULT_TURNS_PER_MINUTE
 from postroom.engine.turns import QueueSettings, enqueue_turn, turn_priority
 from postroom.store.protocol import PriorOutcome, Store, StoreTx
 from postroom.store.records import DropRecord, NewMessage
@@ -55,6 +61,8 @@ class IngestLimits:
     attachments: AttachmentLimits = field(default_factory=AttachmentLimits)
     #: ROUTING §2.2: at most one "folder missing" notice per chat in this many seconds.
     missing_notice_s: float = 3600.0
+    #: PIPELINE §1 item 7: turns non-owners may fire in one chat in any 60 s.
+    turns_per_minute: int = DEFAULT_TURNS_PER_MINUTE
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +221,10 @@ class Ingestor:
             )
         conversation_id: int | None = None
         if decision.action is Action.FIRE and decision.folder is not None:
+            breach = await find_breach(tx, decision.folder, self._catalog.snapshot.folders, now=now)
+            if breach is not None:
+                decision = await self._over_budget(tx, message, decision, breach, effects)
+        if decision.action is Action.FIRE and decision.folder is not None:
             settings = self._settings(decision.folder)
             enqueued = await enqueue_turn(
                 tx,
@@ -220,13 +232,18 @@ class Ingestor:
                 topic=decision.topic or "",
                 chat_jid=message.chat_jid,
                 message_ref=(message.id, message.chat_jid),
-                priority=turn_priority(message.sender, settings, self._owners),
+                priority=turn_priority(
+                    message.sender, settings, self._owners, owner=decision.role is Role.OWNER
+                ),
                 settings=settings,
                 max_attempts=self._queue.max_attempts,
                 now=now,
             )
             conversation_id = enqueued.conversation_id
             decision = decision.with_job(enqueued.job_id)
+            if not enqueued.joined:
+                # A new turn counts toward the chat's limit; joining a queued one does not.
+                self._router.limiter.record(decision, message.chat_jid, message.sender, now)
             if enqueued.interrupted is not None:
                 effects.cancel.append(enqueued.interrupted)
             effects.turn = True
@@ -251,6 +268,16 @@ class Ingestor:
                 decision = replace(decision, ack=ack)
         row = _stored_form(message, decision, conversation_id, attachments)
         seq = await tx.insert_message(row)
+        if decision.rate_limited and self._router.limiter.claim_notice(message.chat_jid, now):
+            await post_notice(
+                tx,
+                message.chat_jid,
+                f"⚠️ this chat is rate limited: more than {self._router.limiter.turns_per_minute} "
+                "turns in a minute; messages are kept but not answered for now.",
+                clock=self._clock,
+                metadata={"source": "rate_limited"},
+            )
+            effects.outbox = True
         if decision.action in (Action.FIRE, Action.OBSERVE) and decision.folder is not None:
             effects.outbox |= await self._mirror(tx, row, decision.folder)
         if ack:
@@ -283,7 +310,10 @@ class Ingestor:
                 reason=decision.drop.value,
             )
         )
-        if decision.command is not None and decision.ack:
+        if decision.send_code:
+            await open_pairing(tx, message, policy=self._router.access, clock=self._clock)
+            effects.outbox = True
+        elif decision.command is not None and decision.ack:
             await post_notice(
                 tx,
                 message.chat_jid,
@@ -303,6 +333,37 @@ class Ingestor:
                 metadata={"source": "folder_missing"},
             )
             effects.outbox = True
+
+    async def _over_budget(
+        self,
+        tx: StoreTx,
+        message: InboundMessage,
+        decision: Decision,
+        breach: BudgetBreach,
+        effects: _Effects,
+    ) -> Decision:
+        """No turn: the message is kept as observed (a later turn sees it), and the chat is
+        told at most once an hour."""
+        if await tx.claim_budget_notice(
+            message.chat_jid, breach.folder, now=self._clock(), interval_s=BUDGET_NOTICE_S
+        ):
+            await post_notice(
+                tx,
+                message.chat_jid,
+                budget_notice(breach),
+                clock=self._clock,
+                reply_to=message.id,
+                metadata={"source": "budget", "folder": breach.folder},
+            )
+            effects.outbox = True
+        log.info("budget.reached", folder=breach.folder, spent=breach.spent, budget=breach.budget)
+        return replace(
+            decision,
+            action=Action.OBSERVE,
+            layer=Layer.LIMIT,
+            inline=None,
+            trail=(*decision.trail, breach.describe()),
+        )
 
     async def _mirror(self, tx: StoreTx, row: NewMessage, folder: str) -> bool:
         """MESSAGES §6: the folder's mirror chats get a copy of a user message from elsewhere."""
@@ -356,6 +417,9 @@ def _stored_form(
         metadata["is_dm"] = True
     if message.mentioned:
         metadata["mentioned"] = True
+    if decision.layer is Layer.LIMIT:
+        # Both are the `limit` layer: the chat's turns per minute, or a folder's daily budget.
+        metadata["rate_limited" if decision.rate_limited else "over_budget"] = True
     if decision.action is Action.COMMAND:
         metadata["command"] = True
     elif decision.content is not None and decision.content != message.content:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from postroom.core.decision import ChatState, Decision, ReplyTarget, RoutingMessage
+from postroom.core.decision import ChatState, Decision, DropReason, ReplyTarget, RoutingMessage
 from postroom.core.errors import InvalidInput
 from postroom.core.resolution import resolve
 from postroom.core.route_index import RouteIndex
@@ -28,6 +28,11 @@ __all__ = [
     "preview_limit",
     "preview_traffic",
 ]
+
+#: Drops admission decided: a route table change cannot alter them.
+_ADMISSION_DROPS = frozenset(
+    {DropReason.NOT_ADMITTED.value, DropReason.PAIRING_PENDING.value, DropReason.BLOCKED.value}
+)
 
 DEFAULT_PREVIEW = 500
 MAX_PREVIEW = 5_000
@@ -166,6 +171,8 @@ async def _recent(tx: StoreTx, limit: int) -> Sequence[_Sample]:
             _Sample(stored.id, stored.chat_jid, stored.sender, content, stored.timestamp, message)
         )
     for drop in await tx.list_drops(limit=limit):
+        if drop.reason in _ADMISSION_DROPS:
+            continue  # refused before routing (ROUTING §8): no table decides it
         message = RoutingMessage(
             chat_jid=drop.chat_jid, sender=drop.sender, content="", verb=drop.verb
         )

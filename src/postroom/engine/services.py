@@ -11,9 +11,12 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
+from postroom.core.access import AccessPolicy
 from postroom.core.folder_settings import BUILTIN_PROVIDERS
 from postroom.core.folders import FolderDefaults
 from postroom.core.trigger import Trigger
+from postroom.engine.access import AccessService
+from postroom.engine.budgets import BudgetService, ModelOverrides
 from postroom.engine.catalog import Catalog
 from postroom.engine.clock import Clock, system_clock
 from postroom.engine.deliveries import DeliveryService
@@ -29,6 +32,7 @@ from postroom.engine.signals import Signals
 from postroom.engine.skills import SkillLimits, SkillService
 from postroom.engine.tasks import DEFAULT_TICK_S, TaskService
 from postroom.engine.tokens import TokenService
+from postroom.engine.turn_limit import TurnLimiter
 from postroom.engine.turns import QueueSettings, TurnService
 from postroom.store.protocol import Store
 from postroom.store.sqlite import SqliteStore
@@ -48,6 +52,8 @@ class Services:
     tasks: TaskService
     history: History
     tokens: TokenService
+    access: AccessService
+    budgets: BudgetService
     skills: SkillService
     signals: Signals
     defaults: FolderDefaults
@@ -75,14 +81,25 @@ class Services:
         tick_s: float = DEFAULT_TICK_S,
         api_token: str = "",
         providers: Collection[str] = BUILTIN_PROVIDERS,
+        access: AccessPolicy | None = None,
+        model_overrides: ModelOverrides | None = None,
         skills: SkillLimits | None = None,
     ) -> Services:
         """*providers*: the names a folder's ``provider`` may take (built-in and configured);
-        *skills*: how many skills a run takes, within how many characters."""
-        catalog = Catalog()
+        *skills*: how many skills a run takes, within how many characters; *access*: the
+        admission policies (ROUTING §8), and *owners* are owner principals too."""
+        catalog = Catalog(owners=owners)
         signals = signals or Signals()
         queue = queue or QueueSettings()
-        router = Router(store=store, catalog=catalog, trigger=trigger, clock=clock)
+        access = access or AccessPolicy()
+        router = Router(
+            store=store,
+            catalog=catalog,
+            trigger=trigger,
+            clock=clock,
+            access=access,
+            limiter=TurnLimiter(turns_per_minute=limits.turns_per_minute, owners=owners),
+        )
         folders = FolderService(
             store=store,
             catalog=catalog,
@@ -115,6 +132,10 @@ class Services:
             ),
             history=History(store=store),
             tokens=TokenService(store=store, clock=clock, owner_secret=api_token),
+            access=AccessService(
+                store=store, catalog=catalog, clock=clock, policy=access, signals=signals
+            ),
+            budgets=BudgetService(store=store, defaults=defaults, model_overrides=model_overrides),
             skills=SkillService(store=store, clock=clock, folders_dir=folders_dir, limits=skills),
             signals=signals,
             defaults=defaults,
@@ -141,6 +162,8 @@ class Services:
         tick_s: float = DEFAULT_TICK_S,
         api_token: str = "",
         providers: Collection[str] = BUILTIN_PROVIDERS,
+        access: AccessPolicy | None = None,
+        model_overrides: ModelOverrides | None = None,
     ) -> Services:
         store = await SqliteStore.open(database)
         return cls.build(
@@ -156,6 +179,8 @@ class Services:
             tick_s=tick_s,
             api_token=api_token,
             providers=providers,
+            access=access,
+            model_overrides=model_overrides,
         )
 
     async def close(self) -> None:

@@ -72,8 +72,11 @@ class Enqueued:
     interrupted: int | None = None
 
 
-def turn_priority(sender: str, settings: FolderSettings, owners: frozenset[str]) -> int:
-    if sender in owners:
+def turn_priority(
+    sender: str, settings: FolderSettings, owners: frozenset[str], *, owner: bool = False
+) -> int:
+    """*owner*: an owner principal admitted the sender (ROUTING §8)."""
+    if owner or sender in owners:
         return Priority.OWNER
     if settings.role is Role.CONDUCTOR:
         return Priority.CONDUCTOR

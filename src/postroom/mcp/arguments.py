@@ -28,6 +28,7 @@ __all__ = [
     "ListJobsArgs",
     "MessageArgs",
     "NoArgs",
+    "PairingCodeArgs",
     "PreviewArgs",
     "ReadMessagesArgs",
     "RouteRow",
@@ -106,6 +107,14 @@ class PreviewArgs(_Args):
 
 class LimitArgs(_Args):
     limit: int = Field(20, ge=1, le=10_000, description="How many entries, newest first.")
+
+
+class PairingCodeArgs(_Args):
+    code: str = Field(
+        max_length=32,
+        description="The pairing code a stranger was given, e.g. ABCD-2345 (case and dash "
+        "do not matter).",
+    )
 
 
 class DropsArgs(_Args):
@@ -217,6 +226,15 @@ class MessageArgs(_Args):
         "a mention by itself.",
     )
     mentioned: bool = Field(False, description="The platform says the bot was mentioned.")
+    is_from_me: bool = Field(
+        False,
+        description="The bot's own message echoed back by the platform: stored, never routed.",
+    )
+    is_dm: bool = Field(
+        False,
+        description="A direct message to the bot (admitted by the access policy for direct "
+        "messages); false for a group or channel.",
+    )
     attachments: list[AttachmentArgs] = Field(
         default_factory=list, max_length=32, description="Files that came with the message."
     )

@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from postroom.core.messages import Attachment, InboundMessage
+from postroom.engine.access import pairing_to_dict, principal_to_dict
+from postroom.engine.budgets import with_budget_warning
 from postroom.engine.engagement import disengage
 from postroom.engine.folders import FolderSpec, folder_to_dict
 from postroom.engine.inbound import build_inbound
@@ -31,6 +33,7 @@ from postroom.mcp.arguments import (
     ListJobsArgs,
     MessageArgs,
     NoArgs,
+    PairingCodeArgs,
     PreviewArgs,
     ReadMessagesArgs,
     RunIdArgs,
@@ -41,9 +44,11 @@ from postroom.mcp.arguments import (
 __all__ = [
     "SURFACE",
     "add_route",
+    "approve_pairing",
     "cancel_job",
     "create_folder",
     "delete_route",
+    "deny_pairing",
     "disengage_chat",
     "explain_route",
     "get_folder",
@@ -51,6 +56,7 @@ __all__ = [
     "list_drops",
     "list_folders",
     "list_jobs",
+    "list_principals",
     "list_routes",
     "preview_routes",
     "read_messages",
@@ -72,6 +78,8 @@ def _inbound(args: MessageArgs, services: Services) -> InboundMessage:
         topic=args.topic,
         reply_to=args.reply_to,
         mentioned=args.mentioned,
+        is_from_me=args.is_from_me,
+        is_dm=args.is_dm,
         message_id=args.id,
         sender_name=args.sender_name,
         timestamp=args.timestamp,
@@ -154,7 +162,7 @@ async def create_folder(
     folder = await services.folders.add_folder(
         args.path, spec, actor=who.actor(SURFACE), within=who.folder
     )
-    return folder_to_dict(folder)
+    return await with_budget_warning(services.budgets, folder)
 
 
 async def update_folder(
@@ -163,7 +171,7 @@ async def update_folder(
     folder = await services.folders.update(
         args.path, args.settings(), actor=who.actor(SURFACE), within=who.folder
     )
-    return folder_to_dict(folder)
+    return await with_budget_warning(services.budgets, folder)
 
 
 # -- the queue, runs, messages --------------------------------------------------------------
@@ -186,6 +194,27 @@ async def get_run(services: Services, who: Principal, args: RunIdArgs) -> dict[s
 
 async def list_drops(services: Services, _who: Principal, args: DropsArgs) -> dict[str, Any]:
     return {"drops": [drop_to_dict(d) for d in await services.history.drops(limit=args.limit)]}
+
+
+async def list_principals(services: Services, _who: Principal, _args: NoArgs) -> dict[str, Any]:
+    principals = await services.access.list_principals()
+    pending = await services.access.list_pairings()
+    return {
+        "principals": [principal_to_dict(p) for p in principals],
+        "pending": [pairing_to_dict(r) for r in pending],
+    }
+
+
+async def approve_pairing(
+    services: Services, who: Principal, args: PairingCodeArgs
+) -> dict[str, Any]:
+    done = await services.access.approve(args.code, actor=who.actor(SURFACE))
+    return done.to_dict()
+
+
+async def deny_pairing(services: Services, who: Principal, args: PairingCodeArgs) -> dict[str, Any]:
+    request = await services.access.deny(args.code, actor=who.actor(SURFACE))
+    return pairing_to_dict(request)
 
 
 async def read_messages(

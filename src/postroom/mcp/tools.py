@@ -25,6 +25,7 @@ from postroom.mcp.arguments import (
     ListJobsArgs,
     MessageArgs,
     NoArgs,
+    PairingCodeArgs,
     PreviewArgs,
     ReadMessagesArgs,
     RunIdArgs,
@@ -258,5 +259,38 @@ TOOLS: tuple[Tool[Any], ...] = (
         ROUTES,
         True,
         handlers.disengage_chat,
+    ),
+    Tool(
+        "list_principals",
+        "Who may talk to the agents: principals (a sender JID or glob with a role: owner, "
+        "member or blocked; the most specific pattern wins) and the pending pairing requests "
+        "(a stranger's direct message got a one-time code; approve_pairing lets them talk). "
+        "Answers {principals: [...], pending: [{code, platform, chat_jid, sender, sender_name, "
+        "created_at, expires_at}]}.",
+        NoArgs,
+        READ,
+        False,
+        handlers.list_principals,
+        read_only=True,
+    ),
+    Tool(
+        "approve_pairing",
+        "Approve a pending pairing code: its sender (that exact sender only) becomes a member "
+        "and may talk to the agents from now on; their chat is told. Answers {request, "
+        "principal}.",
+        PairingCodeArgs,
+        ADMIN,
+        False,
+        handlers.approve_pairing,
+    ),
+    Tool(
+        "deny_pairing",
+        "Deny a pending pairing code: the request goes and the sender stays unanswered (their "
+        "chat gets no new code until the old one would have expired). Answers the request.",
+        PairingCodeArgs,
+        ADMIN,
+        False,
+        handlers.deny_pairing,
+        destructive=True,
     ),
 )

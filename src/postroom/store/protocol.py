@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from postroom.core.access import PairingState, Principal, Role
 from postroom.core.attachments import Blob
 from postroom.core.decision import ChatState, ReplyTarget
 from postroom.core.folders import Folder
@@ -31,6 +32,7 @@ from postroom.store.records import (
     NewDelivery,
     NewJob,
     NewMessage,
+    PairingRequest,
     RouteAuditRecord,
     RouteRecord,
     RouteSpec,
@@ -468,6 +470,70 @@ class StoreTx(Protocol):
         ...
 
     async def delete_token(self, name: str) -> bool: ...
+
+    # -- admission (ROUTING §8) and daily budgets ---------------------------------------------
+    async def list_principals(self) -> list[Principal]: ...
+
+    async def get_principal(self, principal_id: int) -> Principal | None: ...
+
+    async def find_principal(self, pattern: str) -> Principal | None:
+        """The principal of exactly this pattern text."""
+        ...
+
+    async def insert_principal(
+        self, pattern: str, role: Role, *, note: str, created_at: datetime, created_by: str
+    ) -> int: ...
+
+    async def set_principal_role(self, principal_id: int, role: Role, *, note: str) -> None: ...
+
+    async def delete_principal(self, principal_id: int) -> bool: ...
+
+    async def add_access_audit(
+        self,
+        *,
+        at: datetime,
+        actor: str,
+        action: str,
+        principal_id: int | None = None,
+        code: str | None = None,
+        before: Any = None,
+        after: Any = None,
+    ) -> None: ...
+
+    async def pairing_state(self, chat_jid: str, platform: str, *, now: datetime) -> PairingState:
+        """Whether the chat holds an unexpired code, and the platform's pending count."""
+        ...
+
+    async def insert_pairing(self, request: PairingRequest) -> None:
+        """Store a new request (expired ones are cleared first)."""
+        ...
+
+    async def code_in_use(self, code: str) -> bool: ...
+
+    async def list_pairings(self, *, now: datetime) -> list[PairingRequest]:
+        """Pending, unexpired requests, oldest first."""
+        ...
+
+    async def get_pairing(self, code: str, *, now: datetime) -> PairingRequest | None:
+        """A pending, unexpired request."""
+        ...
+
+    async def close_pairing(self, code: str, *, denied: bool) -> None:
+        """Approved: the request goes. Denied: it stays, marked, until it expires (the chat is
+        not offered another code within the TTL)."""
+        ...
+
+    async def cost_since(self, folder: str, since: datetime) -> tuple[float, int]:
+        """The priced cost of the runs of a folder's tree since *since*, and how many of those
+        runs had no price."""
+        ...
+
+    async def claim_budget_notice(
+        self, chat_jid: str, folder: str, *, now: datetime, interval_s: float
+    ) -> bool:
+        """True (and remember *now*) when the chat was not told about the folder's budget for
+        *interval_s*."""
+        ...
 
     # -- skills (MESSAGES §4) ---------------------------------------------------------------------
     async def list_skills(self, folders: Iterable[str] | None = None) -> list[Skill]:

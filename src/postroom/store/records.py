@@ -23,6 +23,7 @@ __all__ = [
     "NewDelivery",
     "NewJob",
     "NewMessage",
+    "PairingRequest",
     "RouteAuditRecord",
     "RouteRecord",
     "RouteSpec",
@@ -313,6 +314,20 @@ class TokenRecord:
     folder: str | None
     created_at: datetime
     created_by: str
+
+
+@dataclass(frozen=True, slots=True)
+class PairingRequest:
+    """A one-time code offered to a stranger's direct message (ROUTING §8)."""
+
+    code: str
+    platform: str
+    chat_jid: str
+    sender: str
+    sender_name: str | None
+    created_at: datetime
+    expires_at: datetime
+    status: str = "pending"
 
 
 @dataclass(frozen=True, slots=True)

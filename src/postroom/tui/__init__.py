@@ -7,6 +7,13 @@ and imports nothing of the server's but the pure domain (``postroom.core``).
 from __future__ import annotations
 
 from postroom.tui.app import PostroomTUI
-from postroom.tui.connection import Connection, LinkState, LinkStatus, socket_url
+from postroom.tui.connection import Connection, LinkState, LinkStatus, auth_headers, socket_url
 
-__all__ = ["Connection", "LinkState", "LinkStatus", "PostroomTUI", "socket_url"]
+__all__ = [
+    "Connection",
+    "LinkState",
+    "LinkStatus",
+    "PostroomTUI",
+    "auth_headers",
+    "socket_url",
+]

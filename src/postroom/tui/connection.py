@@ -24,6 +24,7 @@ __all__ = [
     "Connection",
     "LinkState",
     "LinkStatus",
+    "auth_headers",
     "socket_url",
 ]
 
@@ -54,15 +55,20 @@ class LinkStatus:
     attempt: int = 0
 
 
-def socket_url(base_url: str, *, token: str, folder: str) -> str:
-    """``ws://host:port/ws/tui?token=…&folder=…`` from the server's HTTP (or WS) address."""
+def socket_url(base_url: str, *, folder: str) -> str:
+    """``ws://host:port/ws/tui?folder=…`` from the server's HTTP (or WS) address. The token is
+    never part of it: it travels in the ``Authorization`` header (:func:`auth_headers`)."""
     parts = urlsplit(base_url if "://" in base_url else f"http://{base_url}")
     scheme = {"http": "ws", "https": "wss", "ws": "ws", "wss": "wss"}.get(parts.scheme)
     if scheme is None or not parts.netloc:
         raise ValueError(f"{base_url!r} is not an http:// or ws:// address")
     path = parts.path.rstrip("/") + "/ws/tui"
-    query = urlencode({"token": token, "folder": folder})
-    return urlunsplit((scheme, parts.netloc, path, query, ""))
+    return urlunsplit((scheme, parts.netloc, path, urlencode({"folder": folder}), ""))
+
+
+def auth_headers(token: str) -> dict[str, str]:
+    """The header that carries the API token to ``/ws/tui``."""
+    return {"Authorization": f"Bearer {token}"}
 
 
 class _Refused(Exception):
@@ -133,9 +139,10 @@ class Connection:
     async def _session(self) -> bool:
         """One connection, until it ends. True when the server greeted us (a good link)."""
         greeted = False
-        url = socket_url(self._url, token=self._token, folder=self.folder)
+        url = socket_url(self._url, folder=self.folder)
         async with connect(
             url,
+            additional_headers=auth_headers(self._token),
             open_timeout=self._open_timeout_s,
             max_size=MAX_FRAME_BYTES,
             proxy=None,

@@ -139,6 +139,14 @@ class WebChat:
 
     # -- the socket ---------------------------------------------------------------------------
     async def _socket(self, websocket: WebSocket) -> None:
+        try:
+            await self._open(websocket)
+        except WebSocketDisconnect:
+            # A tab closed while its socket opened: one quiet line, never a traceback (which
+            # would show the request, headers and all).
+            log.debug("web.disconnected", channel=websocket.path_params.get("channel"))
+
+    async def _open(self, websocket: WebSocket) -> None:
         channel = websocket.path_params["channel"]
         # Refusals accept first and then close with a code, so the page can say why.
         if not _CHANNEL.fullmatch(channel):
@@ -213,7 +221,8 @@ class WebChat:
                     if task not in done:
                         task.cancel()
         except* (WebSocketDisconnect, RuntimeError):
-            pass
+            # A closed tab is normal: one quiet line, never a traceback.
+            log.debug("web.disconnected", chat_jid=visitor.chat_jid)
         finally:
             subscription.close()
             # The page may be gone already: closing a socket the client closed is no error.

@@ -30,6 +30,7 @@ from postroom.engine.notices import new_message_id
 from postroom.engine.services import Services
 from postroom.engine.signals import Event, Subscription
 from postroom.engine.views import message_to_dict
+from postroom.web.socket_auth import presented_token, subprotocol
 
 __all__ = ["OPERATOR_NAME", "TuiSocket", "tui_chat_jid"]
 
@@ -82,17 +83,27 @@ class TuiSocket:
         return WebSocketRoute("/ws/tui", self._socket)
 
     async def _socket(self, websocket: WebSocket) -> None:
-        # Refusals accept first and then close with a code, so the client can say why.
-        if not token_matches(self._token, websocket.query_params.get("token")):
-            await websocket.accept()
+        try:
+            await self._open(websocket)
+        except WebSocketDisconnect:
+            # A client that goes away is normal: one quiet line, never a traceback.
+            log.debug("tui.disconnected")
+
+    async def _open(self, websocket: WebSocket) -> None:
+        protocol = subprotocol(websocket)
+        # Refusals accept first and then close with a code, so the client can say why. The
+        # token comes in a header (or the subprotocol), never in the URL (socket_auth).
+        token = presented_token(websocket)
+        if token is None or not token_matches(self._token, token):
+            await websocket.accept(subprotocol=protocol)
             await websocket.close(code=CLOSE_UNAUTHORIZED, reason="the access token was refused")
             return
         folder = websocket.query_params.get("folder") or "main"
         if not await self._exists(folder):
-            await websocket.accept()
+            await websocket.accept(subprotocol=protocol)
             await websocket.close(code=CLOSE_NOT_FOUND, reason=f"there is no folder {folder}")
             return
-        await websocket.accept()
+        await websocket.accept(subprotocol=protocol)
         log.info("tui.connected", folder=folder)
         await self._serve(websocket, _View(folder))
 
@@ -123,7 +134,8 @@ class TuiSocket:
                     if task not in done:
                         task.cancel()
         except* (WebSocketDisconnect, RuntimeError):
-            pass
+            # A closed tab or client is normal: one quiet line, never a traceback.
+            log.debug("tui.disconnected", folder=view.folder)
         finally:
             subscription.close()
             # The client may be gone already: closing is then a no-op that raises.

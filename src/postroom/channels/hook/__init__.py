@@ -1,5 +1,19 @@
 """Inbound webhooks: ``POST /hooks/<path>/<source>`` → chat ``hook:<path>/<source>``."""
 
-from postroom.channels.hook.channel import HookChannel, HookConfig, build, render_payload
+from postroom.channels.hook.channel import (
+    DISABLED,
+    HookChannel,
+    HookConfig,
+    build,
+    disabled_routes,
+    render_payload,
+)
 
-__all__ = ["HookChannel", "HookConfig", "build", "render_payload"]
+__all__ = [
+    "DISABLED",
+    "HookChannel",
+    "HookConfig",
+    "build",
+    "disabled_routes",
+    "render_payload",
+]

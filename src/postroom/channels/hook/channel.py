@@ -1,18 +1,18 @@
 """Generic inbound webhooks (ROUTING §1, INTERFACES §4).
 
-``POST /hooks/<path>/<source>`` with a body signed ``X-Postroom-Signature: sha256=<hex
-HMAC-SHA256 of the body>`` (``[channels.hook] secret``) becomes a message in chat
-``hook:<path>/<source>`` from ``hook:<source>`` — ``hook:acme/eng/github`` for
-``/hooks/acme/eng/github``. A missing or wrong signature is 401 and nothing is stored; the
-answer (2xx) comes only after the message is committed. A redelivery with the same
-``Idempotency-Key`` (or ``X-GitHub-Delivery``, or the same body) is a no-op. Replies to hook
-chats leave through the event stream or ``[channels.http.hook] outbound_url``.
+``POST /hooks/<path>/<source>`` signed ``X-Postroom-Signature: t=<unix seconds>,v1=<hex
+HMAC-SHA256 of "<t>.<request path>.<body>">`` (``[channels.hook] secret``) becomes a message in
+chat ``hook:<path>/<source>`` from ``hook:<source>`` — ``hook:acme/eng/github`` for
+``/hooks/acme/eng/github``. A missing, malformed, wrong or stale (more than 5 minutes from our
+clock) signature is 401 and nothing is stored; the answer (2xx) comes only after the message is
+committed. A redelivery with the same ``Idempotency-Key`` (or ``X-GitHub-Delivery``, or the same
+signature: a replay inside the window) is a no-op. Without a secret, ``/hooks/…`` answers 403
+(:func:`disabled_routes`). Replies to hook chats leave through the event stream or
+``[channels.http.hook] outbound_url``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import re
 from collections.abc import Mapping
@@ -26,8 +26,12 @@ from starlette.routing import BaseRoute, Route
 from postroom.channels.base import BaseChannel
 from postroom.core.errors import ConfigError, InvalidInput, TooLarge
 from postroom.core.messages import InboundMessage
+from postroom.core.signing import verify_request
 
-__all__ = ["HookChannel", "HookConfig", "build", "render_payload"]
+__all__ = ["DISABLED", "HookChannel", "HookConfig", "build", "disabled_routes", "render_payload"]
+
+#: INTERFACES §4: what ``/hooks/…`` answers when no secret is configured.
+DISABLED = "webhooks are disabled: set [channels.hook] secret"
 
 _SEGMENT = re.compile(r"[a-z0-9_-]{1,64}")
 MAX_BODY = 1024 * 1024
@@ -94,18 +98,21 @@ class HookChannel(BaseChannel):
         body = await request.body()
         if len(body) > self._config.max_body_bytes:
             return _error(413, f"The body is over {self._config.max_body_bytes} bytes.")
-        expected = (
-            "sha256=" + hmac.new(self._config.secret.encode(), body, hashlib.sha256).hexdigest()
+        signature = verify_request(
+            self._config.secret,
+            request.headers.get("x-postroom-signature"),
+            request.url.path,
+            body,
+            now=self.context.clock().timestamp(),
         )
-        presented = request.headers.get("x-postroom-signature", "")
-        if not hmac.compare_digest(expected, presented):
-            return _error(401, "Missing or wrong X-Postroom-Signature.")
+        if signature is None:
+            return _error(401, "Missing, malformed, stale or wrong X-Postroom-Signature.")
         source = parts[-1]
         path = "/".join(parts[:-1])
         message_id = (
             request.headers.get("idempotency-key")
             or request.headers.get("x-github-delivery")
-            or hashlib.sha256(body).hexdigest()[:32]
+            or signature[:32]
         )
         content = render_payload(source, body, request.headers.get("content-type", ""))
         message = InboundMessage(
@@ -127,6 +134,16 @@ class HookChannel(BaseChannel):
             return _error(400, str(exc))
         assert result is not None
         return JSONResponse(result.to_dict())
+
+
+def disabled_routes() -> list[BaseRoute]:
+    """``/hooks/…`` when the hook channel is not configured: 403 with INTERFACES §4's sentence
+    (an unsigned hook is never accepted)."""
+
+    async def refuse(_: Request) -> Response:
+        return _error(403, DISABLED)
+
+    return [Route("/hooks/{rest:path}", refuse, methods=["POST"])]
 
 
 def _error(status: int, message: str) -> JSONResponse:

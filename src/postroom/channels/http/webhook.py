@@ -2,8 +2,10 @@
 
 Each delivery is one ``POST`` of JSON ``{id, chat_jid, topic, reply_to, folder, message_type,
 content, chunk, chunks}`` with ``Idempotency-Key: <id>:<chat_jid>:<chunk>`` and, when a secret
-is set, ``X-Postroom-Signature: sha256=<hex HMAC-SHA256 of the body>``. A 2xx answer marks it
-delivered; 429 and 503 honour ``Retry-After``; anything else is retried like any delivery.
+is set, ``X-Postroom-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<path>.<body>">``
+(the path of ``outbound_url``, as sent), so a receiver can refuse a replay or another path's
+body. A 2xx answer marks it delivered; 429 and 503 honour ``Retry-After``; anything else is
+retried like any delivery.
 
 The requests go through one aiohttp session with keep-alive: every answer of a webhook platform
 is one request, and aiohttp's client costs a fraction of httpx's per request — at hundreds of
@@ -15,15 +17,17 @@ server listens (:meth:`WebhookSession.preload`).
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import importlib
 import json
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from types import ModuleType
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from postroom.core.durations import parse_retry_after
+from postroom.core.signing import sign_request
 from postroom.engine.delivery import DeliveryFailed, OutgoingChunk, SendResult
 
 if TYPE_CHECKING:
@@ -34,8 +38,9 @@ __all__ = ["EventStreamSink", "WebhookSession", "WebhookSink", "sign_body", "web
 SIGNATURE_HEADER = "X-Postroom-Signature"
 
 
-def sign_body(secret: str, body: bytes) -> str:
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+def sign_body(secret: str, url: str, body: bytes, *, now: float) -> str:
+    """The signature header of a POST of *body* to *url* at *now* (INTERFACES §4)."""
+    return sign_request(secret, urlsplit(url).path or "/", body, now=now)
 
 
 def webhook_body(delivery: OutgoingChunk) -> bytes:
@@ -92,10 +97,19 @@ class WebhookSession:
 class WebhookSink:
     """Delivers a platform's chats by POSTing each chunk to its ``outbound_url``."""
 
-    def __init__(self, *, url: str, secret: str | None, client: WebhookSession) -> None:
+    def __init__(
+        self,
+        *,
+        url: str,
+        secret: str | None,
+        client: WebhookSession,
+        now: Callable[[], float] = time.time,
+    ) -> None:
         self._url = url
         self._secret = secret
         self._client = client
+        # Wall-clock seconds: the receiver compares the signature's time with its own clock.
+        self._now = now
 
     async def send(self, delivery: OutgoingChunk) -> SendResult:
         body = webhook_body(delivery)
@@ -104,7 +118,7 @@ class WebhookSink:
             "Idempotency-Key": f"{delivery.message_id}:{delivery.chat_jid}:{delivery.chunk}",
         }
         if self._secret:
-            headers[SIGNATURE_HEADER] = sign_body(self._secret, body)
+            headers[SIGNATURE_HEADER] = sign_body(self._secret, self._url, body, now=self._now())
         session = await self._client.get()
         import aiohttp  # loaded by the session: a dictionary lookup from here on
 

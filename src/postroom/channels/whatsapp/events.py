@@ -11,8 +11,6 @@ Everything here is pure: the channel downloads media and hands the result to ing
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -21,6 +19,7 @@ from typing import Any
 
 from postroom.core.jid import encode_id_part
 from postroom.core.messages import Verb
+from postroom.core.signing import hmac_hex, hmac_hex_matches
 
 __all__ = ["MediaRef", "WhatsAppMessage", "parse_payload", "signature_valid"]
 
@@ -39,8 +38,8 @@ def signature_valid(app_secret: str, body: bytes, header: str | None) -> bool:
     """Whether ``X-Hub-Signature-256`` is ``sha256=`` + HMAC-SHA256(app secret, raw body)."""
     if not header or not header.startswith("sha256="):
         return False
-    expected = hmac.new(app_secret.encode(), body, hashlib.sha256).hexdigest()
-    return hmac.compare_digest(header.removeprefix("sha256=").strip().lower(), expected)
+    presented = header.removeprefix("sha256=").strip().lower()
+    return hmac_hex_matches(hmac_hex(app_secret, body), presented)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,11 +12,14 @@ class combines.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 from postroom.store.protocol import StoreTx
+from postroom.store.sqlite.access import AccessStatements
 from postroom.store.sqlite.base import InlineConnection, ThreadedConnection, token_bound
 from postroom.store.sqlite.blobs import BlobStatements
 from postroom.store.sqlite.catalog import CatalogStatements
@@ -46,6 +49,7 @@ class SqliteTx(
     RunStatements,
     MemoryStatements,
     TokenStatements,
+    AccessStatements,
     SkillStatements,
     BlobStatements,
     StoreTx,
@@ -106,6 +110,7 @@ class SqliteStore:
         """
         path = Path(path)
         limits = wal or WalLimits()
+        _create_private(path)
         # Migrations run on the maintenance connection's thread: waiting for another process's
         # lock there never stalls the event loop.
         maintenance = await ThreadedConnection.open(path)
@@ -255,6 +260,16 @@ class SqliteStore:
                 yield SqliteTx(self._reader, self._count_tokens)
             finally:
                 await self._reader.run("ROLLBACK")
+
+
+def _create_private(path: Path) -> None:
+    """Create a missing database file as 0600 before SQLite opens it: SQLite gives the WAL and
+    shared-memory files the database file's mode, so all three are their owner's alone
+    (INTERFACES §1). An existing file is left as it is; ``:memory:`` and URIs are not files."""
+    if str(path) == ":memory:" or str(path).startswith("file:"):
+        return
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
 
 
 async def _unknown_token_estimates(conn: ThreadedConnection) -> None:
