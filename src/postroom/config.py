@@ -24,6 +24,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -248,6 +249,25 @@ class TranscriberConfig(_Section):
     api_key: str | None = None
 
 
+class DatabaseConfig(_Section):
+    """PIPELINE §9: a PostgreSQL URL puts every node on one shared database; none keeps the
+    embedded SQLite file in the data directory."""
+
+    url: str | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _postgres_only(cls, value: str | None) -> str | None:
+        if value and not is_database_url(value):
+            raise ValueError("must be a postgresql:// URL")
+        return value or None
+
+
+def is_database_url(url: str) -> bool:
+    """Whether *url* names a database ``[database] url`` accepts (PostgreSQL's)."""
+    return url.startswith(("postgresql://", "postgres://"))
+
+
 class McpConfig(_Section):
     enabled: bool = True
     #: Host names the server is reached by besides server.host (behind a proxy, or when it
@@ -339,6 +359,7 @@ class Config(_Section):
     routing: RoutingConfig = RoutingConfig()
     transcriber: TranscriberConfig = TranscriberConfig()
     mcp: McpConfig = McpConfig()
+    database: DatabaseConfig = DatabaseConfig()
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     models: dict[str, ModelConfig] = Field(default_factory=dict)
     #: Per-adapter sections; each adapter validates its own keys when it starts.
@@ -551,7 +572,33 @@ def _describe(exc: ValidationError, path: Path, env_keys: Mapping[tuple[str, ...
     return f"Bad value for {key!r} in {source}: {message}."
 
 
-def initial_config_text(*, token: str, provider: str, provider_model: str | None = None) -> str:
+def database_section(url: str) -> str:
+    """The ``[database]`` section naming a PostgreSQL database (PIPELINE §9)."""
+    return (
+        "\n[database]\n# Every node sharing this database serves the same deployment.\n"
+        f"url = {json.dumps(url)}\n"
+    )
+
+
+def add_database_url(path: Path, current: str | None, url: str) -> None:
+    """Name the PostgreSQL database *url* in an existing ``postroom.toml`` that names none."""
+    if current == url:
+        return
+    if current:
+        raise ConfigError(f"{path} already names another database; change [database] url there.")
+    text = path.read_text("utf-8")
+    if re.search(r"^\s*\[database\]", text, re.MULTILINE):
+        raise ConfigError(f"{path} has a [database] section; set url there.")
+    path.write_text(text.rstrip("\n") + "\n" + database_section(url), "utf-8")
+
+
+def initial_config_text(
+    *,
+    token: str,
+    provider: str,
+    provider_model: str | None = None,
+    database_url: str | None = None,
+) -> str:
     """The ``postroom.toml`` that ``postroom init`` writes: the token, the provider, and the
     most useful keys as comments."""
     model_section = (
@@ -588,7 +635,7 @@ provider = "{provider}"
 # dm_policy = "pairing"     # or "allowlist", "open"
 # group_policy = "routes"   # or "allowlist"
 # notify = []               # chats told about each pairing request, e.g. ["telegram:user/42"]
-{model_section}"""
+{model_section}{database_section(database_url) if database_url else ""}"""
 
 
 _SECRET_KEY = re.compile(r"token|secret|password|key", re.IGNORECASE)

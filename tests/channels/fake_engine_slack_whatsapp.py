@@ -173,7 +173,7 @@ class Engine:
 
 @contextlib.asynccontextmanager
 async def open_engine(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Engine]:
-    services = await Services.open_sqlite(
+    services = await Services.open_database(
         tmp_path / DATABASE_FILE,
         folders_dir=tmp_path / "folders",
         trigger=Trigger(),

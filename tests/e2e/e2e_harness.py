@@ -98,6 +98,8 @@ class ServerProcess:
 
     data_dir: Path
     env: dict[str, str]
+    #: Options before ``serve`` (``--log-level debug``).
+    options: tuple[str, ...] = ()
     proc: subprocess.Popen[str] | None = None
     port: int | None = None
     lines: list[str] = field(default_factory=list)
@@ -119,7 +121,7 @@ class ServerProcess:
         self.lines = []
         self.port = None
         self._ready = threading.Event()
-        command = [sys.executable, "-m", "postroom", "--data", str(self.data_dir)]
+        command = [sys.executable, "-m", "postroom", "--data", str(self.data_dir), *self.options]
         self.proc = subprocess.Popen(
             [*command, "serve", "--port", "0"],
             env=clean_env(self.env),

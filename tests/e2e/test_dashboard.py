@@ -3,8 +3,10 @@
 malformed match refused with nothing changed, Preview listing the messages whose decision would
 change, a message appearing live in the conversation view, its journey, a failed job retried with
 its button, a persona edited on the folder page reaching the next run's system prompt, a priced
-run in the usage chart, a failing webhook shown red and its delivery retried — and no request
-URL ever carrying the token.
+run in the usage chart and a folder's spend against its budget, a stranger's pairing code
+appearing live on the access page and approved (the sender's next message runs a turn) or
+denied, a malformed sender glob refused, a failing webhook shown red and its delivery retried —
+and no request URL ever carrying the token.
 
 The model is a fake OpenAI API in this process whose answers can be switched to fail; the
 ``telegram`` platform is answered through an outbound webhook that records what it gets, ``sms``
@@ -349,6 +351,115 @@ def test_the_usage_chart_shows_a_priced_run(rig: Rig) -> None:
     expect(page.get_by_test_id("usage-row").filter(has_text=MODEL).first).to_contain_text("$")
 
 
+def _dm(rig: Rig, sender: str, text: str) -> dict[str, Any]:
+    """A direct message from *sender* in its own chat (telegram is under ``dm_policy =
+    pairing``, the default)."""
+    answer = rig.api(
+        "POST",
+        "/api/v1/messages",
+        json={"chat_jid": sender, "sender": sender, "content": text, "is_dm": True},
+    )
+    assert answer.status_code == 200, answer.text
+    return answer.json()  # type: ignore[no-any-return]
+
+
+def _pending(rig: Rig) -> list[dict[str, Any]]:
+    return rig.api("GET", "/api/v1/access/pending").json()["pending"]  # type: ignore[no-any-return]
+
+
+def _principals(rig: Rig) -> list[dict[str, Any]]:
+    return rig.api("GET", "/api/v1/access").json()["principals"]  # type: ignore[no-any-return]
+
+
+def test_a_strangers_code_appears_live_and_approve_lets_the_next_message_fire_a_turn(
+    rig: Rig,
+) -> None:
+    page = rig.page("/dashboard/access")
+    expect(page.get_by_role("heading", name="Access", exact=True)).to_be_visible()
+    wait_for(
+        lambda: (
+            page.evaluate("document.body['htmx-internal-data']?.sseEventSource?.readyState") == 1
+        ),
+        what="the live feed",
+    )
+    stranger = "telegram:8001"
+    refused = _dm(rig, stranger, "hello? who is there")
+    assert refused["decision"]["job_id"] is None, refused
+    (request,) = [r for r in _pending(rig) if r["sender"] == stranger]
+    # The request shows up without a reload (the page follows the live feed).
+    row = page.locator(f'[data-testid="pairing"][data-code="{request["code"]}"]')
+    expect(row).to_contain_text(stranger, timeout=10_000)
+    row.get_by_role("button", name="Approve", exact=True).click()
+    expect(page.get_by_role("status")).to_contain_text("Approved")
+    expect(page.locator('[data-testid="pairing"]').filter(has_text=stranger)).to_have_count(0)
+    member = page.get_by_test_id("principal").filter(has_text=stranger)
+    expect(member).to_contain_text("member")
+    expect(member).to_contain_text("dashboard:owner")
+    (principal,) = [p for p in _principals(rig) if p["pattern"] == stranger]
+    assert principal["role"] == "member" and principal["created_by"] == "dashboard:owner"
+    assert not [r for r in _pending(rig) if r["sender"] == stranger]
+    job = _job_of(rig, _dm(rig, stranger, "and now, a question"))
+    assert job["status"] == "done", job
+
+
+def test_deny_removes_a_pairing_request(rig: Rig) -> None:
+    stranger = "telegram:8002"
+    _dm(rig, stranger, "let me in")
+    (request,) = [r for r in _pending(rig) if r["sender"] == stranger]
+    page = rig.page("/dashboard/access")
+    row = page.locator(f'[data-testid="pairing"][data-code="{request["code"]}"]')
+    row.get_by_role("button", name="Deny", exact=True).click()
+    expect(page.get_by_role("status")).to_contain_text("denied")
+    expect(page.locator('[data-testid="pairing"]').filter(has_text=stranger)).to_have_count(0)
+    assert not [r for r in _pending(rig) if r["sender"] == stranger]
+    assert not [p for p in _principals(rig) if p["pattern"] == stranger]
+
+
+def test_a_malformed_glob_shows_the_error_beside_the_principal_form_and_changes_nothing(
+    rig: Rig,
+) -> None:
+    before = _principals(rig)
+    page = rig.page("/dashboard/access")
+    page.get_by_label("Sender pattern").fill("telegram:[abc")
+    page.get_by_label("Role").select_option("blocked")
+    page.get_by_role("button", name="Add principal").click()
+    error = page.locator("#principal-form").get_by_role("alert")
+    expect(error).to_contain_text("telegram:[abc")
+    text = error.inner_text()
+    assert text.endswith(".") and text.count(". ") == 0 and "Traceback" not in text
+    expect(page.get_by_label("Sender pattern")).to_have_value("telegram:[abc")
+    assert _principals(rig) == before
+
+
+def test_a_principal_added_and_removed_on_the_access_page(rig: Rig) -> None:
+    page = rig.page("/dashboard/access")
+    page.get_by_label("Sender pattern").fill("sms:*")
+    page.get_by_label("Role").select_option("blocked")
+    page.get_by_label("Note").fill("no texts")
+    page.get_by_role("button", name="Add principal").click()
+    row = page.get_by_test_id("principal").filter(has_text="sms:*")
+    expect(row).to_contain_text("blocked")
+    expect(row).to_contain_text("no texts")
+    assert any(p["pattern"] == "sms:*" and p["role"] == "blocked" for p in _principals(rig))
+    row.get_by_role("button", name="Remove", exact=True).click()
+    expect(page.get_by_role("status")).to_contain_text("removed")
+    expect(page.get_by_test_id("principal").filter(has_text="sms:*")).to_have_count(0)
+    assert not any(p["pattern"] == "sms:*" for p in _principals(rig))
+
+
+def test_the_usage_page_shows_spend_against_a_folders_budget(rig: Rig) -> None:
+    answer = rig.api("PATCH", "/api/v1/folders/atlas", json={"budget_per_day": 5000})
+    assert answer.status_code == 200, answer.text
+    (budget,) = rig.api("GET", "/api/v1/budgets").json()["budgets"]
+    assert budget["spent_today"] > 0, budget
+    page = rig.page("/dashboard/usage")
+    row = page.locator('[data-testid="budget"][data-folder="atlas"]')
+    expect(row).to_contain_text("$5,000.00")
+    expect(row).to_contain_text(re.compile(r"\$\d"))
+    used = min(round(budget["spent_today"] / 5000 * 100), 100)
+    expect(row.get_by_role("meter")).to_have_attribute("aria-valuenow", str(used))
+
+
 def test_a_failing_webhook_is_red_on_the_overview_and_its_delivery_is_retried(rig: Rig) -> None:
     routes = rig.api("GET", "/api/v1/routes").json()["routes"]
     assert any(r["match"] == "" for r in routes)  # sms chats reach main by the catch-all
@@ -429,6 +540,7 @@ PAGES = (
     ("drops", "/dashboard/drops"),
     ("tasks", "/dashboard/tasks"),
     ("usage", "/dashboard/usage"),
+    ("access", "/dashboard/access"),
     ("nodes", "/dashboard/nodes"),
 )
 
@@ -458,6 +570,13 @@ def test_screenshots_of_every_page(rig: Rig) -> None:
             "tz": "Europe/Berlin",
         },
     )
+    _dm(rig, "telegram:8101", "hi, can I talk to the bot?")
+    _dm(rig, "whatsapp:31611111111", "hello")
+    rig.api("POST", "/api/v1/access", json={"pattern": "telegram:8*", "role": "member"})
+    blocked = {"pattern": "sms:555", "role": "blocked", "note": "spam"}
+    rig.api("POST", "/api/v1/access", json=blocked)
+    for folder, budget in (("atlas", 1.0), ("main", 0.25)):  # one in hand, one used up
+        rig.api("PATCH", f"/api/v1/folders/{folder}", json={"budget_per_day": budget})
     page = rig.page()
     for name, path in PAGES:
         page.goto(rig.url + path)

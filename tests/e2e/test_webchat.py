@@ -6,138 +6,37 @@ Markdown, and watch a streamed answer grow before the stored one replaces it."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
-import threading
-import tomllib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from chromium import chromium, needs_chromium, open_chat, operator_chat
+from playwright.sync_api import Browser, Page, expect
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from e2e_harness import ServerProcess, Sink, ThreadServer, wait_for
+from e2e_harness import ServerProcess, Sink, ThreadServer, prepare_data_dir, wait_for
 from fake_openai import FlakyChatCompletions
 
-CHROMIUM = "/usr/bin/chromium"
-pytestmark = pytest.mark.skipif(
-    not Path(CHROMIUM).exists(), reason=f"Chromium is not installed at {CHROMIUM}"
-)
-READY = re.compile(r"postroom serving on http://127\.0\.0\.1:(\d+)")
-
-
-@dataclass
-class Server:
-    url: str
-    token: str
-    process: subprocess.Popen[bytes]
-    log: list[str]
+pytestmark = needs_chromium
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    data = tmp_path_factory.mktemp("webchat") / "data"
-    subprocess.run(
-        [sys.executable, "-m", "postroom", "--data", str(data), "init"],
-        check=True,
-        capture_output=True,
-    )
-    token = tomllib.loads((data / "postroom.toml").read_text())["api"]["token"]
-    env = {
-        **os.environ,
-        "POSTROOM_PROVIDERS__ECHO__DELAY_MS": "1500",
-        "POSTROOM_SCHEDULER__TICK": "1s",
-    }
-    process = subprocess.Popen(
-        # Debug level: every line the server can write is captured, for the secrets test.
-        [
-            sys.executable,
-            "-m",
-            "postroom",
-            "--data",
-            str(data),
-            "--log-level",
-            "debug",
-            "serve",
-            "--port",
-            "0",
-        ],
-        stderr=subprocess.PIPE,
-        env=env,
-    )
-    log: list[str] = []
-    port: list[int] = []
-    ready = threading.Event()
-
-    def read() -> None:
-        assert process.stderr is not None
-        for raw in process.stderr:
-            line = raw.decode(errors="replace")
-            log.append(line)
-            match = READY.search(line)
-            if match:
-                port.append(int(match.group(1)))
-                ready.set()
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    if not ready.wait(30):
-        process.kill()
-        pytest.fail("postroom serve did not start:\n" + "".join(log))
-    yield Server(f"http://127.0.0.1:{port[0]}", token, process, log)
-    process.terminate()
-    try:
-        process.wait(15)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(5)
-    reader.join(5)
-    assert process.stderr is not None
-    process.stderr.close()
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    data = prepare_data_dir(tmp_path_factory.mktemp("webchat") / "data")
+    env = {"POSTROOM_PROVIDERS__ECHO__DELAY_MS": "1500", "POSTROOM_SCHEDULER__TICK": "1s"}
+    # Debug level: every line the server can write is captured, for the secrets test.
+    server = ServerProcess(data_dir=data, env=env, options=("--log-level", "debug")).start()
+    yield server
+    server.close()
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-            ],
-        )
+    with chromium() as launched:
         yield launched
-        launched.close()
-
-
-def _open(browser: Browser, url: str) -> Page:
-    page = browser.new_context(viewport={"width": 1100, "height": 800}).new_page()
-    page.goto(url)
-    expect(page.locator("#status")).to_have_attribute("data-state", "online", timeout=15_000)
-    return page
-
-
-def _signed_in(browser: Browser, server: Server) -> Page:
-    """The operator's chat: signed in on the dashboard, then the chat page in the same session."""
-    page = browser.new_context(viewport={"width": 1100, "height": 800}).new_page()
-    page.goto(server.url + "/dashboard")
-    page.get_by_label("Token").fill(server.token)
-    page.get_by_role("button", name="Sign in").click()
-    expect(page.get_by_role("heading", name="Overview")).to_be_visible()
-    page.goto(server.url + "/")
-    expect(page.locator("#status")).to_have_attribute("data-state", "online", timeout=15_000)
-    return page
 
 
 def _send(page: Page, text: str) -> None:
@@ -146,8 +45,8 @@ def _send(page: Page, text: str) -> None:
 
 
 @pytest.mark.timeout(120)
-def test_type_see_answer_typing_and_host_notice(server: Server, browser: Browser) -> None:
-    page = _open(browser, server.url + "/")
+def test_type_see_answer_typing_and_host_notice(server: ServerProcess, browser: Browser) -> None:
+    page = open_chat(browser, server.url + "/")
     assert page.locator("#operator").count() == 0
     _send(page, "hello from the browser")
     # The echo runner takes 1.5 s: the typing indicator shows meanwhile.
@@ -185,9 +84,9 @@ def test_type_see_answer_typing_and_host_notice(server: Server, browser: Browser
 
 @pytest.mark.timeout(120)
 def test_an_answer_renders_its_markdown_and_never_runs_html(
-    server: Server, browser: Browser
+    server: ServerProcess, browser: Browser
 ) -> None:
-    page = _open(browser, server.url + "/chat/markdown")
+    page = open_chat(browser, server.url + "/chat/markdown")
     # The echo provider answers with the text it was sent: the answer is this Markdown.
     _send(
         page,
@@ -221,13 +120,13 @@ def test_an_answer_renders_its_markdown_and_never_runs_html(
 
 
 @pytest.mark.timeout(120)
-def test_operator_sees_other_chats_live(server: Server, browser: Browser) -> None:
-    operator = _signed_in(browser, server)
+def test_operator_sees_other_chats_live(server: ServerProcess, browser: Browser) -> None:
+    operator = operator_chat(browser, server.url, server.token)
     expect(operator.locator("#operator")).to_be_visible()
     # With the echo provider, the operator's page says how to configure a real model.
     hint = operator.locator('[data-testid="message"][data-type="host"][data-id="setup-hint"]')
     expect(hint).to_contain_text("ANTHROPIC_API_KEY")
-    visitor = _open(browser, server.url + "/chat/support")
+    visitor = open_chat(browser, server.url + "/chat/support")
     # A message from another chat (through the HTTP API) appears live in the operator view...
     response = httpx.post(
         f"{server.url}/api/v1/messages",
@@ -275,7 +174,7 @@ def test_operator_sees_other_chats_live(server: Server, browser: Browser) -> Non
 
 @pytest.mark.timeout(60)
 def test_a_token_in_the_url_is_never_used_and_leaves_the_address_bar(
-    server: Server, browser: Browser
+    server: ServerProcess, browser: Browser
 ) -> None:
     page = browser.new_context().new_page()
     sockets: list[str] = []
@@ -289,7 +188,7 @@ def test_a_token_in_the_url_is_never_used_and_leaves_the_address_bar(
 
 @pytest.mark.timeout(60)
 def test_a_socket_with_a_token_in_its_url_is_refused_and_says_where_to_sign_in(
-    server: Server,
+    server: ServerProcess,
 ) -> None:
     url = server.url.replace("http://", "ws://") + f"/ws/chat/main?token={server.token}"
     with connect(url, proxy=None) as socket, pytest.raises(ConnectionClosed) as closed:
@@ -299,8 +198,8 @@ def test_a_socket_with_a_token_in_its_url_is_refused_and_says_where_to_sign_in(
 
 
 @pytest.mark.timeout(120)
-def test_a_scheduled_answer_reaches_the_page(server: Server, browser: Browser) -> None:
-    page = _open(browser, server.url + "/chat/news")
+def test_a_scheduled_answer_reaches_the_page(server: ServerProcess, browser: Browser) -> None:
+    page = open_chat(browser, server.url + "/chat/news")
     _send(page, "subscribe me")
     mine = page.locator('[data-testid="message"][data-type="user"]')
     expect(mine).to_have_count(1, timeout=10_000)
@@ -393,7 +292,7 @@ def test_a_streamed_answer_grows_on_the_page_and_only_the_final_text_is_kept(
         }
     )
     api = server.client()
-    page = _open(browser, server.url + "/")
+    page = open_chat(browser, server.url + "/")
     page.evaluate(RECORD_STREAM)
     # The model repeats what it is sent, a word every 0.2 s: a tag included, as models write them.
     story = (
@@ -441,21 +340,21 @@ def test_a_streamed_answer_grows_on_the_page_and_only_the_final_text_is_kept(
 
 
 @pytest.mark.timeout(120)
-def test_the_token_never_reaches_the_log(server: Server, browser: Browser) -> None:
+def test_the_token_never_reaches_the_log(server: ServerProcess, browser: Browser) -> None:
     """A session with the token in every place it is used: a dashboard sign-in, the operator's
     chat and a message sent from it, an old ?token= link and a socket with a token in its URL
     (both refused), tabs closed (WebSocket disconnects), API calls with the header. The
     captured log (debug level, the whole module's session) never holds the token, and a
     disconnect is one quiet line."""
-    disconnects = sum("web.disconnected" in line for line in server.log)
-    operator = _signed_in(browser, server)
+    disconnects = sum("web.disconnected" in line for line in server.lines)
+    operator = operator_chat(browser, server.url, server.token)
     expect(operator.locator("#operator")).to_be_visible()
     _send(operator, "a message from the operator")
     expect(operator.locator('[data-testid="message"][data-type="assistant"]').first).to_be_visible(
         timeout=15_000
     )
     operator.context.close()
-    old_link = _open(browser, f"{server.url}/?token={server.token}")
+    old_link = open_chat(browser, f"{server.url}/?token={server.token}")
     old_link.context.close()
     url = server.url.replace("http://", "ws://") + f"/ws/chat/main?token={server.token}"
     with connect(url, proxy=None) as socket, pytest.raises(ConnectionClosed):
@@ -464,10 +363,10 @@ def test_the_token_never_reaches_the_log(server: Server, browser: Browser) -> No
     assert httpx.get(f"{server.url}/api/v1/messages", headers=auth, timeout=10).status_code == 200
     assert httpx.get(f"{server.url}/metrics", headers=auth, timeout=10).status_code == 200
     wait_for(
-        lambda: sum("web.disconnected" in line for line in server.log) >= disconnects + 2,
+        lambda: sum("web.disconnected" in line for line in server.lines) >= disconnects + 2,
         what="the closed tabs' disconnects in the log",
-        details=lambda: "".join(server.log[-40:]),
+        details=lambda: server.stderr(40),
     )
-    captured = "".join(server.log)
+    captured = "\n".join(server.lines)
     assert server.token not in captured
     assert "Traceback" not in captured and "WebSocketDisconnect" not in captured

@@ -7,26 +7,17 @@ the dashboard, no token in the page) shows the picture too; another visitor cann
 from __future__ import annotations
 
 import hashlib
-import os
-import re
 import struct
-import subprocess
-import sys
-import threading
-import tomllib
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, Request, expect, sync_playwright
+from chromium import chromium, needs_chromium, open_chat, operator_chat
+from playwright.sync_api import Browser, Page, Request, expect
 
-CHROMIUM = "/usr/bin/chromium"
-pytestmark = pytest.mark.skipif(
-    not Path(CHROMIUM).exists(), reason=f"Chromium is not installed at {CHROMIUM}"
-)
-READY = re.compile(r"postroom serving on http://127\.0\.0\.1:(\d+)")
+from e2e_harness import ServerProcess, prepare_data_dir
+
+pytestmark = needs_chromium
 
 
 def png(width: int, height: int) -> bytes:
@@ -50,92 +41,19 @@ def png(width: int, height: int) -> bytes:
 DOT = png(24, 16)
 
 
-@dataclass
-class Server:
-    url: str
-    token: str
-
-
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    data = tmp_path_factory.mktemp("pictures") / "data"
-    subprocess.run(
-        [sys.executable, "-m", "postroom", "--data", str(data), "init"],
-        check=True,
-        capture_output=True,
-    )
-    token = tomllib.loads((data / "postroom.toml").read_text())["api"]["token"]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "postroom", "--data", str(data), "serve", "--port", "0"],
-        stderr=subprocess.PIPE,
-        env=dict(os.environ),
-    )
-    log: list[str] = []
-    port: list[int] = []
-    ready = threading.Event()
-
-    def read() -> None:
-        assert process.stderr is not None
-        for raw in process.stderr:
-            line = raw.decode(errors="replace")
-            log.append(line)
-            match = READY.search(line)
-            if match:
-                port.append(int(match.group(1)))
-                ready.set()
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    if not ready.wait(30):
-        process.kill()
-        pytest.fail("postroom serve did not start:\n" + "".join(log))
-    yield Server(f"http://127.0.0.1:{port[0]}", token)
-    process.terminate()
-    try:
-        process.wait(15)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(5)
-    reader.join(5)
-    assert process.stderr is not None
-    process.stderr.close()
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    server = ServerProcess(
+        data_dir=prepare_data_dir(tmp_path_factory.mktemp("pictures") / "data"), env={}
+    ).start()
+    yield server
+    server.close()
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-            ],
-        )
+    with chromium() as launched:
         yield launched
-        launched.close()
-
-
-def _open(browser: Browser, url: str) -> Page:
-    page = browser.new_context(viewport={"width": 1100, "height": 800}).new_page()
-    page.goto(url)
-    expect(page.locator("#status")).to_have_attribute("data-state", "online", timeout=15_000)
-    return page
-
-
-def _signed_in(browser: Browser, server: Server) -> Page:
-    """The operator's chat: signed in on the dashboard, then the chat page in the same session."""
-    page = browser.new_context(viewport={"width": 1100, "height": 800}).new_page()
-    page.goto(server.url + "/dashboard")
-    page.get_by_label("Token").fill(server.token)
-    page.get_by_role("button", name="Sign in").click()
-    expect(page.get_by_role("heading", name="Overview")).to_be_visible()
-    page.goto(server.url + "/")
-    expect(page.locator("#status")).to_have_attribute("data-state", "online", timeout=15_000)
-    return page
 
 
 def _loaded(page: Page, selector: str) -> None:
@@ -169,9 +87,9 @@ _PASTE = """([bytes, name, type]) => {
 
 @pytest.mark.timeout(120)
 def test_a_picture_is_previewed_sent_shown_and_seen_by_the_model(
-    server: Server, browser: Browser
+    server: ServerProcess, browser: Browser
 ) -> None:
-    page = _open(browser, server.url + "/")
+    page = open_chat(browser, server.url + "/")
     page.set_input_files(
         '[data-testid="file-input"]',
         files=[{"name": "dot.png", "mimeType": "image/png", "buffer": DOT}],
@@ -201,7 +119,7 @@ def test_a_picture_is_previewed_sent_shown_and_seen_by_the_model(
     # The operator view shows the visitor's picture too, read with the dashboard session's
     # cookie: the page holds no token, and no request carries one.
     sha = hashlib.sha256(DOT).hexdigest()
-    operator = _signed_in(browser, server)
+    operator = operator_chat(browser, server.url, server.token)
     expect(operator.locator("#operator")).to_be_visible()
     _loaded(operator, '[data-testid="attachment-image"] img')
     requests: list[Request] = []
@@ -217,7 +135,7 @@ def test_a_picture_is_previewed_sent_shown_and_seen_by_the_model(
     assert signed_in == 200  # the operator reads every chat's files
 
     # Another visitor cannot read it; the one who sent it can.
-    stranger = _open(browser, server.url + "/")
+    stranger = open_chat(browser, server.url + "/")
     status = stranger.evaluate(
         "async (sha) => (await fetch(`/api/v1/blobs/${sha}?channel=main`)).status", sha
     )
@@ -230,9 +148,9 @@ def test_a_picture_is_previewed_sent_shown_and_seen_by_the_model(
 
 @pytest.mark.timeout(120)
 def test_pasting_and_dropping_add_files_and_each_can_be_removed(
-    server: Server, browser: Browser
+    server: ServerProcess, browser: Browser
 ) -> None:
-    page = _open(browser, server.url + "/chat/paste")
+    page = open_chat(browser, server.url + "/chat/paste")
     composer = page.locator("#composer")
     composer.focus()
     page.evaluate(_PASTE, [list(DOT), "pasted.png", "image/png"])

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
+import pytest
 import structlog
 
 from postroom.app.gateway import Gateway
@@ -23,7 +24,7 @@ from postroom.config import Config
 from postroom.core import InboundMessage, Trigger, Verb
 from postroom.core.folders import FolderDefaults
 from postroom.engine import FolderSpec, IngestLimits, Services
-from postroom.store import SqliteStore
+from postroom.store import SqliteStore, Store, open_database
 from postroom.store.records import RunRecord
 
 from gateway_support import new_data_dir
@@ -95,8 +96,13 @@ async def open_services(
     trace: Callable[[str], None] | None = None,
     name: str = "postroom.db",
 ) -> Services:
+    url = os.environ.get("POSTROOM_TEST_DATABASE_URL")
     # As postroom serve opens it: rows bounded by their bytes, counted only near compaction.
-    store = await SqliteStore.open(tmp_path / name, trace=trace)
+    store: Store = (
+        await open_database(url, tmp_path / name)
+        if url and trace is None
+        else await SqliteStore.open(tmp_path / name, trace=trace)
+    )
     return Services.build(
         store,
         folders_dir=tmp_path / "folders",
@@ -111,9 +117,31 @@ async def open_gateway(tmp_path: Path, clock: Callable[[], datetime]) -> Gateway
     """``postroom serve``'s components (``Gateway.build``) over a fresh data directory in
     *tmp_path*, with the same limits as :func:`open_services`; nothing is started."""
     config = Config.model_validate(
-        {"limits": {"content_bytes": 4096}, "routing": {"missing_folder_notice": "1h"}}
+        {
+            "limits": {"content_bytes": 4096},
+            "routing": {"missing_folder_notice": "1h"},
+            **engine_section(),
+        }
     )
     return await Gateway.build(await new_data_dir(tmp_path), config, clock=clock)
+
+
+#: For a test of SQLite's own locking: it runs on SQLite only (not skipped on PostgreSQL).
+SQLITE_ONLY = pytest.mark.parametrize("db_engine", ["sqlite"], indirect=True)
+
+
+async def another_process_store(data_dir: Path) -> Store:
+    """The data directory's database opened a second time, as another process would."""
+    return await open_database(
+        os.environ.get("POSTROOM_TEST_DATABASE_URL"), data_dir / "postroom.db"
+    )
+
+
+def engine_section() -> dict[str, dict[str, str]]:
+    """The ``[database]`` section of the engine the test runs on (see the ``db_engine``
+    fixture): none for SQLite."""
+    url = os.environ.get("POSTROOM_TEST_DATABASE_URL")
+    return {"database": {"url": url}} if url else {}
 
 
 async def seed_spec_table(services: Services) -> None:

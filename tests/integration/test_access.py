@@ -350,7 +350,9 @@ async def test_principal_writes_are_checked(engine: Services) -> None:
 # ----------------------------------------------------------------------------- budgets
 
 
-async def add_run(services: Services, folder: str, cost: float | None, clock: FakeClock) -> None:
+async def add_run(
+    services: Services, folder: str, cost: float | None, clock: FakeClock, *, failed: bool = False
+) -> None:
     async with services.store.write() as tx:
         await tx.insert_run(
             RunRecord(
@@ -359,10 +361,10 @@ async def add_run(services: Services, folder: str, cost: float | None, clock: Fa
                 provider="anthropic",
                 system="",
                 messages=[],
-                outcome="ok",
+                outcome="error" if failed else "ok",
                 started_at=clock(),
                 model="claude-sonnet-4",
-                usage={"input_tokens": 10, "output_tokens": 10},
+                usage=None if failed else {"input_tokens": 10, "output_tokens": 10},
                 cost=cost,
             )
         )
@@ -417,6 +419,19 @@ async def test_under_budget_fires_and_other_folders_are_unaffected(
     await add_run(engine, "main", 1.5, clock)
     fired = await engine.ingest.ingest(inbound(GROUP, "hi"))
     assert fired.decision.action is Action.FIRE
+
+
+async def test_only_runs_that_used_unpriced_tokens_count_as_unpriced(
+    engine: Services, clock: FakeClock
+) -> None:
+    await engine.folders.update("main", {"budget_per_day": 1}, actor="test")
+    await add_run(engine, "main", 0.25, clock)
+    await add_run(engine, "main", None, clock, failed=True)  # a failed call costs nothing
+    (status,) = await engine.budgets.today(now=clock())
+    assert (status.spent, status.unpriced_runs) == (0.25, 0)
+    await add_run(engine, "main", None, clock)  # tokens used, no price for them
+    (status,) = await engine.budgets.today(now=clock())
+    assert (status.spent, status.unpriced_runs) == (0.25, 1)
 
 
 async def test_a_budget_on_an_unpriced_model_is_answered_with_a_warning(

@@ -1,7 +1,8 @@
 """The dashboard over HTTP through the real composition root (the browser tests cover the
 journeys): channel health from probes — an adapter that only started is idle, one whose probe
 passed healthy, one whose probe failed down with its error; writes need the session's CSRF
-token; a read token's writes are refused in one sentence; tasks made and changed on their page."""
+token; a read token's writes are refused in one sentence; tasks made and changed on their page;
+access writes need an admin token, and a stale or garbled pairing code is said in one sentence."""
 
 from __future__ import annotations
 
@@ -133,3 +134,37 @@ async def test_tasks_are_created_paused_resumed_and_deleted_on_their_page(data: 
         assert "the digest" in page and "Pause" in page
         await http.post(f"/dashboard/tasks/{task.id}/delete", data={"csrf": csrf})
         assert await gateway.tasks.list() == []
+
+
+async def test_access_writes_need_an_admin_token_and_a_stale_code_is_said_in_one_sentence(
+    data: Path,
+) -> None:
+    config = load_config(data, {})
+    gateway = await Gateway.build(data, config)
+    made = await gateway.services.tokens.add("viewer", scope="read", actor="test")
+    async with (
+        serving(gateway) as url,
+        httpx.AsyncClient(base_url=url) as viewer,
+        httpx.AsyncClient(base_url=url) as owner,
+    ):
+        await viewer.post("/dashboard/login", data={"token": made.secret})
+        page = (await viewer.get("/dashboard/access")).text
+        assert "Pending pairing codes" in page
+        refused = await viewer.post(
+            "/dashboard/access",
+            data={"csrf": _csrf(page), "pattern": "telegram:*", "role": "member"},
+        )
+        assert refused.status_code == 403
+        assert "Token viewer has scope read; adding principals needs scope admin or more." in (
+            refused.text
+        )
+        assert await gateway.services.access.list_principals() == []
+
+        await owner.post("/dashboard/login", data={"token": config.api.token})
+        csrf = _csrf((await owner.get("/dashboard/access")).text)
+        stale = await owner.post("/dashboard/access/pending/ABCD-2345/approve", data={"csrf": csrf})
+        assert stale.status_code == 404 and 'role="alert"' in stale.text
+        assert "Code ABCD-2345: There is no pending pairing request ABCD-2345" in stale.text
+        garbled = await owner.post("/dashboard/access/pending/hello/deny", data={"csrf": csrf})
+        assert garbled.status_code == 400 and "is not a pairing code" in garbled.text
+        assert await gateway.services.access.list_principals() == []

@@ -53,7 +53,10 @@ from postroom.store.records import DeliveryRecord, JobRecord, JobStatus, NewMess
 from postroom.store.sqlite import base as sqlite_base
 
 from fakeclock import FakeClock
-from support import eventually, inbound, open_gateway, seed_spec_table
+from support import SQLITE_ONLY, eventually, inbound, open_gateway, seed_spec_table
+
+#: Every test runs on SQLite and on PostgreSQL.
+pytestmark = pytest.mark.usefixtures("db_engine")
 
 GUILD = "discord:guild/77/channel/3"
 ABANDONED_PREFIX = "⚠️ a message could not be delivered"
@@ -555,6 +558,7 @@ async def test_a_delivered_reply_engages_for_the_folders_ttl(
     }
 
 
+@SQLITE_ONLY
 async def test_an_absurd_stored_ttl_still_marks_the_send_sent_once(
     tmp_path: Path, services: Services, clock: FakeClock, sink: RecordingSink, loop: DeliveryLoop
 ) -> None:
@@ -1046,6 +1050,7 @@ async def test_the_running_loop_delivers_an_answer_without_being_driven(
     assert await outbox(services, status="pending") == []
 
 
+@SQLITE_ONLY
 async def test_the_running_loop_goes_on_after_a_round_fails(
     services: Services, clock: FakeClock, sink: RecordingSink, monkeypatch: pytest.MonkeyPatch
 ) -> None:

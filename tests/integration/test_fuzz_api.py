@@ -50,6 +50,9 @@ INT64_MAX = 2**63 - 1
 #: Tables a message write may touch; a refused message must leave every one as it was.
 MESSAGE_TABLES = ("messages", "drops", "jobs", "job_messages", "deliveries", "chats")
 
+# A fixed number of examples per test: how long they take depends on the machine's load.
+pytestmark = pytest.mark.timeout(600)
+
 FUZZ = settings(
     max_examples=200,
     deadline=None,

@@ -18,6 +18,9 @@ from postroom.store import NewMessage
 from fakeclock import FakeClock
 from support import inbound, open_services, seed_spec_table
 
+#: Every test runs on SQLite and on PostgreSQL.
+pytestmark = pytest.mark.usefixtures("db_engine")
+
 
 @pytest.fixture
 async def engine(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Services]:

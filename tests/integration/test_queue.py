@@ -13,19 +13,21 @@ from typing import Any
 
 import pytest
 
-from postroom.config import DATABASE_FILE
 from postroom.core import Action, MessageType
 from postroom.core.errors import Conflict, NotFound
 from postroom.engine import FolderSpec, Services
 from postroom.llm import ModelRequest, ProviderError
-from postroom.store import SqliteStore, Store, StoreTx
+from postroom.store import Store, StoreTx
 from postroom.store.records import JobRecord, JobStatus
 
 from fakeclock import FakeClock
 from gated_provider import GatedProvider
 from gateway_support import new_data_dir
-from support import eventually, inbound, queue_idle
+from support import another_process_store, eventually, inbound, queue_idle
 from turn_rig import Rig, all_jobs, answers, fire, rows, settled
+
+#: Every test runs on SQLite and on PostgreSQL.
+pytestmark = pytest.mark.usefixtures("db_engine")
 
 OWNER = "telegram:user/1"
 OWNERS = {"senders": [OWNER]}
@@ -43,6 +45,9 @@ class ClaimTap:
 
     def read(self) -> AbstractAsyncContextManager[StoreTx]:
         return self._inner.read()
+
+    def claim(self) -> AbstractAsyncContextManager[StoreTx]:
+        return self._inner.claim()
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[StoreTx]:
@@ -320,7 +325,7 @@ async def test_a_message_arriving_as_its_turn_starts_is_answered_by_one_turn_onl
     rig: Rig,
 ) -> None:
     await new_data_dir(rig.data_dir)
-    tap = ClaimTap(await SqliteStore.open(rig.data_dir / DATABASE_FILE))
+    tap = ClaimTap(await another_process_store(rig.data_dir))
     runner = GatedProvider()
     services = (await rig.start(runner, store=tap, queue={"max_concurrent_turns": 1})).services
     chat = "telegram:group/5"

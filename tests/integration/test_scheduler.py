@@ -42,7 +42,10 @@ from postroom.store.records import JobKind, JobRecord, JobStatus, TaskRecord
 from postroom.store.sqlite import base as sqlite_base
 
 from fakeclock import FakeClock
-from support import eventually, inbound, open_gateway
+from support import SQLITE_ONLY, eventually, inbound, open_gateway
+
+#: Every test runs on SQLite and on PostgreSQL.
+pytestmark = pytest.mark.usefixtures("db_engine")
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)  # the FakeClock's start (a Monday)
 CHAT = "telegram:group/7"
@@ -251,6 +254,7 @@ async def test_a_due_task_becomes_one_scheduled_turn_in_its_own_conversation(
     assert await services.history.messages(chat_jid=CHAT) == []
 
 
+@SQLITE_ONLY
 async def test_the_running_scheduler_goes_on_after_a_tick_fails(
     services: Services, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:

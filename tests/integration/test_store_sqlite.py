@@ -1,4 +1,5 @@
-"""The SQLite store against real database files."""
+"""The store against real databases: SQLite files, and (the tests taking ``store``) the same
+tests on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -8,21 +9,24 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import asyncpg
 import pytest
 
 from postroom.core import ChatState, Engagement, MessageType
 from postroom.core.folders import Folder, Session
-from postroom.store import DropRecord, NewMessage, RouteSpec, SchemaTooNew, SqliteStore
+from postroom.store import DropRecord, NewMessage, RouteSpec, SchemaTooNew, SqliteStore, Store
 from postroom.store.sqlite.migrate import available_migrations
 from postroom.store.sqlite.wal import WalLimits
 
 from support import eventually
 
 T = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
+#: What either engine raises when a key or reference is violated.
+INTEGRITY = (sqlite3.IntegrityError, asyncpg.IntegrityConstraintViolationError)
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
+async def sqlite_store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
     opened = await SqliteStore.open(tmp_path / "postroom.db")
     yield opened
     await opened.close()
@@ -34,7 +38,7 @@ def msg(
     return NewMessage(id=id, chat_jid=chat, sender=sender, content=f"text {id}", timestamp=T, **kw)  # type: ignore[arg-type]
 
 
-def test_pragmas_and_schema(tmp_path: Path, store: SqliteStore) -> None:
+def test_pragmas_and_schema(tmp_path: Path, sqlite_store: SqliteStore) -> None:
     conn = sqlite3.connect(tmp_path / "postroom.db")
     try:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -90,8 +94,8 @@ def test_pragmas_and_schema(tmp_path: Path, store: SqliteStore) -> None:
         conn.close()
 
 
-async def test_connection_settings(store: SqliteStore) -> None:
-    for transaction in (store.write, store.read):
+async def test_connection_settings(sqlite_store: SqliteStore) -> None:
+    for transaction in (sqlite_store.write, sqlite_store.read):
         async with transaction() as tx:
             conn = tx._conn  # the pragmas are per connection: read them where statements run
             ((synchronous,),) = await conn.fetchall("PRAGMA synchronous")
@@ -105,11 +109,11 @@ async def test_connection_settings(store: SqliteStore) -> None:
 
 
 async def test_a_write_waiting_for_another_process_never_stalls_the_event_loop(
-    store: SqliteStore,
+    sqlite_store: SqliteStore,
 ) -> None:
     """The write connection runs on the loop's thread, so it must not sit in SQLite's busy
     handler while another process (the CLI) holds the write lock: it waits asynchronously."""
-    other = sqlite3.connect(store.path, isolation_level=None)
+    other = sqlite3.connect(sqlite_store.path, isolation_level=None)
     try:
         other.execute("BEGIN IMMEDIATE")
         ticks = 0
@@ -121,7 +125,7 @@ async def test_a_write_waiting_for_another_process_never_stalls_the_event_loop(
                 await asyncio.sleep(0.005)
 
         async def write() -> None:
-            async with store.write() as tx:
+            async with sqlite_store.write() as tx:
                 await tx.set_state("main", "k", "v", now=datetime.now(UTC))
 
         clock = asyncio.create_task(ticker())
@@ -133,7 +137,7 @@ async def test_a_write_waiting_for_another_process_never_stalls_the_event_loop(
         clock.cancel()
     finally:
         other.close()
-    async with store.read() as tx:
+    async with sqlite_store.read() as tx:
         assert await tx.get_state("main") == {"k": "v"}
 
 
@@ -155,31 +159,31 @@ async def test_reopen_is_idempotent_and_newer_schema_is_refused(tmp_path: Path) 
         await SqliteStore.open(path)
 
 
-async def test_seq_is_monotonic_and_id_chat_is_the_key(store: SqliteStore) -> None:
+async def test_seq_is_monotonic_and_id_chat_is_the_key(store: Store) -> None:
     async with store.write() as tx:
         seqs = [await tx.insert_message(msg(i)) for i in ("a", "b", "c")]
         other = await tx.insert_message(msg("a", chat="telegram:group/6"))
     assert seqs == [1, 2, 3]
     assert other == 4
-    with pytest.raises(sqlite3.IntegrityError):
+    with pytest.raises(INTEGRITY):
         async with store.write() as tx:
             await tx.insert_message(msg("a"))
 
 
-async def _insert_then_fail(store: SqliteStore) -> None:
+async def _insert_then_fail(store: Store) -> None:
     async with store.write() as tx:
         await tx.insert_message(msg("x"))
         raise RuntimeError("boom")
 
 
-async def test_failed_transaction_leaves_nothing(store: SqliteStore) -> None:
+async def test_failed_transaction_leaves_nothing(store: Store) -> None:
     with pytest.raises(RuntimeError):
         await _insert_then_fail(store)
     async with store.read() as tx:
         assert await tx.list_messages(chat_jid="telegram:group/5") == []
 
 
-async def test_list_messages_newest_limit_in_seq_order(store: SqliteStore) -> None:
+async def test_list_messages_newest_limit_in_seq_order(store: Store) -> None:
     async with store.write() as tx:
         for i in range(10):
             await tx.insert_message(msg(f"m{i}", routed_to="atlas" if i % 2 else None))
@@ -192,7 +196,7 @@ async def test_list_messages_newest_limit_in_seq_order(store: SqliteStore) -> No
     assert {m.id for m in routed} == {"m1", "m3", "m5", "m7", "m9"}
 
 
-async def test_several_senders_counts_people_not_the_bots_echoes(store: SqliteStore) -> None:
+async def test_several_senders_counts_people_not_the_bots_echoes(store: Store) -> None:
     chat = "telegram:group/5"
 
     async def several(within: int = 1000) -> bool:
@@ -213,7 +217,7 @@ async def test_several_senders_counts_people_not_the_bots_echoes(store: SqliteSt
     assert not await several(within=3)
 
 
-async def test_message_round_trip(store: SqliteStore) -> None:
+async def test_message_round_trip(store: Store) -> None:
     original = NewMessage(
         id="x1",
         chat_jid="discord:guild/1/channel/2",
@@ -251,7 +255,7 @@ async def test_message_round_trip(store: SqliteStore) -> None:
     assert stored.routed_to == "main" and stored.observed and not stored.compacted
 
 
-async def test_reply_target_by_id_and_platform_id(store: SqliteStore) -> None:
+async def test_reply_target_by_id_and_platform_id(store: Store) -> None:
     async with store.write() as tx:
         await tx.insert_message(
             NewMessage(
@@ -276,7 +280,7 @@ async def test_reply_target_by_id_and_platform_id(store: SqliteStore) -> None:
     assert other_chat is None
 
 
-async def test_chat_state_sticky_and_engagements(store: SqliteStore) -> None:
+async def test_chat_state_sticky_and_engagements(store: Store) -> None:
     async with store.write() as tx:
         assert await tx.chat_state("c:1") == ChatState()
         await tx.set_sticky_group("c:1", "atlas/social", now=T)
@@ -295,7 +299,7 @@ async def test_chat_state_sticky_and_engagements(store: SqliteStore) -> None:
     assert state == ChatState(None, "support", {})
 
 
-async def test_missing_notice_is_rate_limited(store: SqliteStore) -> None:
+async def test_missing_notice_is_rate_limited(store: Store) -> None:
     async with store.write() as tx:
         assert await tx.claim_missing_notice("c:1", now=T, interval_s=3600)
         assert not await tx.claim_missing_notice(
@@ -304,7 +308,7 @@ async def test_missing_notice_is_rate_limited(store: SqliteStore) -> None:
         assert await tx.claim_missing_notice("c:1", now=T + timedelta(minutes=61), interval_s=3600)
 
 
-async def test_conversation_generations(store: SqliteStore) -> None:
+async def test_conversation_generations(store: Store) -> None:
     async with store.write() as tx:
         first = await tx.new_conversation("atlas", "", "c:1", now=T)
         second = await tx.new_conversation("atlas", "", "c:1", now=T)
@@ -318,7 +322,7 @@ async def test_conversation_generations(store: SqliteStore) -> None:
     assert (first, second, shared) == (rows[0][0], rows[1][0], rows[2][0])
 
 
-async def test_drops_keep_no_content_and_dedupe(store: SqliteStore) -> None:
+async def test_drops_keep_no_content_and_dedupe(store: Store) -> None:
     drop = DropRecord("d1", "matrix:room/1", T, "matrix:user/@a:x", "message", "no_route")
     async with store.write() as tx:
         await tx.insert_drop(drop)
@@ -329,7 +333,7 @@ async def test_drops_keep_no_content_and_dedupe(store: SqliteStore) -> None:
     assert prior is not None and prior.drop_reason == "no_route" and prior.seq is None
 
 
-async def test_routes_audit_and_catalog_version(store: SqliteStore) -> None:
+async def test_routes_audit_and_catalog_version(store: Store) -> None:
     async with store.write() as tx:
         v0 = await tx.catalog_version()
         rid = await tx.insert_route(
@@ -358,7 +362,7 @@ async def test_routes_audit_and_catalog_version(store: SqliteStore) -> None:
     )
 
 
-async def test_route_ids_are_never_reused(store: SqliteStore) -> None:
+async def test_route_ids_are_never_reused(store: Store) -> None:
     async with store.write() as tx:
         first = await tx.insert_route(RouteSpec(0, "", "main"), created_at=T, created_by="")
         await tx.delete_routes([first])
@@ -366,7 +370,7 @@ async def test_route_ids_are_never_reused(store: SqliteStore) -> None:
     assert second > first
 
 
-async def test_folders_round_trip_and_parent_integrity(store: SqliteStore) -> None:
+async def test_folders_round_trip_and_parent_integrity(store: Store) -> None:
     async with store.write() as tx:
         await tx.insert_folder(
             Folder(
@@ -383,15 +387,15 @@ async def test_folders_round_trip_and_parent_integrity(store: SqliteStore) -> No
     assert got is not None and got.session is Session.SHARED and got.mirror == ("telegram:user/1",)
     assert child is not None and child.inherits and child.parent == "atlas"
     # A child without its parent, or deleting a parent with children, is refused by the database.
-    with pytest.raises(sqlite3.IntegrityError):
+    with pytest.raises(INTEGRITY):
         async with store.write() as tx:
             await tx.insert_folder(Folder("ghost/child", created_at=T))
-    with pytest.raises(sqlite3.IntegrityError):
+    with pytest.raises(INTEGRITY):
         async with store.write() as tx:
             await tx.delete_folder("atlas")
 
 
-async def test_reads_do_not_wait_for_an_open_write(store: SqliteStore) -> None:
+async def test_reads_do_not_wait_for_an_open_write(store: Store) -> None:
     async with store.write() as tx:
         await tx.insert_message(msg("pending"))
         async with store.read() as reader:

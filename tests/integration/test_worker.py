@@ -15,19 +15,27 @@ from structlog.testing import capture_logs
 
 from postroom.app.gateway import Gateway
 from postroom.app.wiring import owner_id
-from postroom.config import DATABASE_FILE, Config
+from postroom.config import Config
 from postroom.core import Action, MessageType
 from postroom.engine import FolderSpec, Services
 from postroom.engine.signals import Event
 from postroom.llm import EchoProvider, ModelRequest, ProviderError
-from postroom.store import NewMessage, SqliteStore
+from postroom.store import NewMessage, Store
 from postroom.store.records import JobStatus
 from postroom.store.sqlite import base as sqlite_base
 
 from fakeclock import FakeClock
 from gated_provider import GatedProvider
 from gateway_support import RecordingChannel, new_data_dir, serving
-from support import eventually, inbound, queue_idle, runs, seed_spec_table
+from support import (
+    SQLITE_ONLY,
+    another_process_store,
+    eventually,
+    inbound,
+    queue_idle,
+    runs,
+    seed_spec_table,
+)
 from turn_rig import (
     CLAIM,
     SWEEP,
@@ -40,6 +48,9 @@ from turn_rig import (
     statements,
     turn_task_alive,
 )
+
+#: Every test runs on SQLite and on PostgreSQL.
+pytestmark = pytest.mark.usefixtures("db_engine")
 
 
 @pytest.fixture
@@ -246,7 +257,7 @@ async def test_a_turn_of_three_lease_lengths_keeps_its_lease_and_finishes_once(
         assert channel.to(chat) == [("assistant", "take your time")]
 
 
-async def take_lease(store: SqliteStore, job_id: int, now: datetime) -> None:
+async def take_lease(store: Store, job_id: int, now: datetime) -> None:
     """Another server takes the job: it finds the lease expired and claims the turn."""
     async with store.write() as tx:
         assert await tx.release_expired_leases(now=now) == [job_id]
@@ -287,7 +298,7 @@ async def test_a_worker_whose_lease_was_taken_stops_at_once_and_commits_nothing(
     chat = "telegram:group/5"
     runner, services, job_id = await running_turn(rig, chat)
     # Another process (no signal reaches this one) takes the turn over.
-    other = await SqliteStore.open(rig.data_dir / DATABASE_FILE)
+    other = await another_process_store(rig.data_dir)
     try:
         await take_lease(other, job_id, clock() + timedelta(seconds=31))
         await stopped_leaving_nothing(runner, services, chat, job_id)
@@ -315,7 +326,7 @@ async def test_a_turn_cancelled_by_another_process_stops_and_commits_nothing(
     """``postroom jobs cancel`` runs in another process: the worker learns it when it renews."""
     chat = "telegram:group/5"
     runner, services, job_id = await running_turn(rig, chat)
-    other = await SqliteStore.open(rig.data_dir / DATABASE_FILE)
+    other = await another_process_store(rig.data_dir)
     try:
         async with other.write() as tx:
             assert await tx.cancel_job(job_id, now=clock()) is not None
@@ -386,6 +397,7 @@ async def test_turns_fill_the_free_slots_and_no_more(rig: Rig) -> None:
     )
 
 
+@SQLITE_ONLY
 async def test_claiming_goes_on_after_a_claim_fails(
     rig: Rig, monkeypatch: pytest.MonkeyPatch
 ) -> None:

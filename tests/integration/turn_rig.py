@@ -22,7 +22,7 @@ from postroom.store.records import JobRecord, JobStatus
 
 from fakeclock import FakeClock
 from gateway_support import new_data_dir
-from support import eventually, inbound, seed_spec_table
+from support import engine_section, eventually, inbound, seed_spec_table
 
 #: The configuration every server of the rig starts from; a test overrides whole keys.
 BASE_CONFIG: Mapping[str, Mapping[str, Any]] = {
@@ -60,7 +60,7 @@ class Rig:
         if seed:
             await new_data_dir(self.data_dir)
             self._seeded.add(self.data_dir)
-        merged = {name: dict(keys) for name, keys in BASE_CONFIG.items()}
+        merged = {name: dict(keys) for name, keys in {**BASE_CONFIG, **engine_section()}.items()}
         for name, keys in sections.items():
             merged[name] = {**merged.get(name, {}), **keys}
         gateway = await Gateway.build(
@@ -137,7 +137,7 @@ def turn_task_alive(job_id: int) -> bool:
 
 #: Parts of the statements of the dispatcher's claim and of the lease sweeper.
 CLAIM = "UPDATE jobs SET status = 'running'"
-SWEEP = "WHERE status = 'running' AND lease_until < '"
+SWEEP = "WHERE status = 'running' AND lease_until < "
 
 
 @contextlib.contextmanager
@@ -151,7 +151,8 @@ def statements(services: Services, part: str) -> Iterator[list[float]]:
         if part in sql:
             seen.append(time.monotonic())
 
-    writer = services.store._writer  # type: ignore[attr-defined]
+    # SQLite traces its write connection; PostgreSQL every statement of the store.
+    writer = getattr(services.store, "_writer", services.store)
     writer.set_trace_callback(trace)
     try:
         yield seen

@@ -76,6 +76,8 @@ class ApiContext:
     provider_status: Callable[[], list[dict[str, Any]]] = list
     #: Each channel adapter's state, for ``GET /channels``.
     channel_status: Callable[[], list[dict[str, Any]]] = list
+    #: The nodes sharing the database (PIPELINE §9), for ``GET /nodes``.
+    node_status: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None
     #: How ``POST /messages`` checks and fetches attachments.
     uploads: Uploads = field(default_factory=Uploads)
     #: The web chat visitor a request without a token comes from (``GET /blobs``): their
@@ -438,6 +440,10 @@ def build_router(ctx: ApiContext) -> APIRouter:
     @api.get("/channels", summary="Each channel adapter's state, last event and last error")
     async def list_channels() -> dict[str, Any]:
         return {"channels": ctx.channel_status()}
+
+    @api.get("/nodes", summary="The nodes sharing the database; on SQLite, the one server")
+    async def list_nodes() -> dict[str, Any]:
+        return {"nodes": await ctx.node_status() if ctx.node_status is not None else []}
 
     @api.get(
         "/blobs/{sha256}",

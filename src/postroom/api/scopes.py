@@ -73,6 +73,7 @@ ENDPOINTS: tuple[Endpoint, ...] = tuple(
         ("GET", "/api/v1/blobs/{sha256}", READ, False),
         ("GET", "/api/v1/providers", READ, False),
         ("GET", "/api/v1/channels", READ, False),
+        ("GET", "/api/v1/nodes", READ, False),
         ("GET", "/api/v1/tokens", ADMIN, False),
         ("POST", "/api/v1/tokens", ADMIN, False),
         ("DELETE", "/api/v1/tokens/{name}", ADMIN, False),

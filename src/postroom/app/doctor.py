@@ -37,8 +37,8 @@ from postroom.engine.skills import SkillProblem, SkillService
 from postroom.llm.accounts import AccountPool
 from postroom.llm.base import Provider
 from postroom.llm.local import install_hint
+from postroom.store.database import open_database
 from postroom.store.records import RouteRecord
-from postroom.store.sqlite import SqliteStore
 from postroom.store.sqlite.migrate import available_migrations
 
 __all__ = ["Check", "run_doctor"]
@@ -84,11 +84,11 @@ async def run_doctor(
 
     add(Check("config", True, f"{data_dir / CONFIG_FILE} is valid"))
     database = data_dir / DATABASE_FILE
-    if not database.exists():
+    if not config.database.url and not database.exists():
         add(Check("database", False, f"no {DATABASE_FILE}: run postroom init"))
         return checks
     try:
-        store = await SqliteStore.open(database)
+        store = await open_database(config.database.url, database)
     except PostroomError as exc:
         add(Check("database", False, str(exc)))
         return checks
@@ -108,8 +108,14 @@ async def run_doctor(
         ).file_problems()
     finally:
         await store.close()
-    version = len(available_migrations())
-    add(Check("database", True, f"{database} (schema {version}), {len(folders)} folders"))
+    if config.database.url:
+        # Only a PostgreSQL deployment loads its driver (see store.database).
+        from postroom.store.postgres.migrate import available_pg_migrations
+
+        where = f"PostgreSQL (schema {len(available_pg_migrations())})"
+    else:
+        where = f"{database} (schema {len(available_migrations())})"
+    add(Check("database", True, f"{where}, {len(folders)} folders"))
     add(_routes_check(routes, folders))
     add(_agent_files_check(agent_files, skill_files))
     add(_bind_check(config))

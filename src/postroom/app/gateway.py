@@ -36,7 +36,10 @@ from postroom.app.wiring import (
     build_workers,
     delivery_loop,
     open_store,
+    signing_secret,
+    this_node,
     transcriber,
+    wake_for,
 )
 from postroom.channels.base import BaseChannel, ChannelContext
 from postroom.channels.http import WebhookSession
@@ -45,13 +48,14 @@ from postroom.core.errors import ConfigError, PostroomError
 from postroom.engine.clock import Clock, system_clock
 from postroom.engine.delivery import DeliveryLoop
 from postroom.engine.feed import MessageFeed
+from postroom.engine.nodes import NodeService
 from postroom.engine.services import Services
 from postroom.engine.signals import Signals
 from postroom.engine.tasks import Scheduler, TaskService
 from postroom.engine.worker import WorkerPool
 from postroom.llm.base import Provider
 from postroom.mcp import McpEndpoint, allowed_hosts
-from postroom.store.protocol import Store
+from postroom.store.protocol import SharedStore, Store
 
 __all__ = ["Gateway", "check_bind", "serve"]
 
@@ -129,6 +133,8 @@ class Gateway:
     mcp: McpEndpoint | None = None
     #: Where ``serve.json`` is written while :meth:`run` listens.
     data_dir: Path | None = None
+    #: This process's row among the nodes sharing the database (PIPELINE §9).
+    nodes: NodeService | None = None
     #: Where this server listens and since when (the dashboard's nodes page).
     address: dict[str, Any] = field(default_factory=dict)
 
@@ -152,7 +158,7 @@ class Gateway:
         directory's database (an open store, closed with the gateway); *fetcher* for the
         attachment URLs the API is sent.
         """
-        store = store if store is not None else await open_store(data_dir)
+        store = store if store is not None else await open_store(data_dir, config.database.url)
         try:
             return await cls._assemble(
                 store,
@@ -199,6 +205,12 @@ class Gateway:
         sinks, webhooks = build_sinks(config)
         host = ChannelHost(adapters, signals=signals, sinks=sinks, clock=clock)
         voice = transcriber(config)
+        nodes = NodeService(store=store, me=this_node(data_dir, clock()), clock=clock)
+        if isinstance(store, SharedStore):
+            store.node = nodes.me.id
+            # Work another node commits wakes this one's loops at once (the polls are the
+            # backstop).
+            await store.listen(lambda channel: wake_for(signals, channel))
         address: dict[str, Any] = {"name": socket.gethostname(), "pid": os.getpid()}
         http = build_http(
             services,
@@ -207,6 +219,8 @@ class Gateway:
             providers=models,
             channels=host,
             metrics=metrics,
+            secret=await signing_secret(store, data_dir, config),
+            nodes=nodes,
             fetcher=fetcher,
             address=address,
         )
@@ -244,6 +258,7 @@ class Gateway:
             providers=models,
             mcp=mcp,
             data_dir=data_dir,
+            nodes=nodes,
             address=address,
         )
 
@@ -312,6 +327,8 @@ class Gateway:
             await serving  # raises the bind error, if any
             raise PostroomError(f"The HTTP server on {host}:{port} stopped at start.")
         log.info("serve.ready", host=host, port=port, pid=os.getpid())
+        if self.nodes is not None:
+            await self.nodes.start(host=host, port=port)
         self.address.update(host=host, port=port, started_at=self.services.clock().isoformat())
         if self.data_dir is not None:
             # INTERFACES §1: the CLI finds this server (and its real port) here.
@@ -327,6 +344,8 @@ class Gateway:
             if self.data_dir is not None:
                 remove_serve_file(self.data_dir)
         log.info("serve.stopping")
+        if self.nodes is not None:
+            await self.nodes.stop()
         server.should_exit = True
         await self.channels.stop()
         await self.workers.stop()

@@ -8,11 +8,13 @@ that builds the gateway (with fakes in its keyword seams) exercises exactly this
 from __future__ import annotations
 
 import hashlib
+import os
 import secrets
 import socket
 import uuid
 from collections.abc import Mapping
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +41,7 @@ from postroom.engine.enrich import Enricher, FetchAttachment, Transcribe
 from postroom.engine.files import create_file
 from postroom.engine.ingest import IngestLimits
 from postroom.engine.memory import MemoryService
+from postroom.engine.nodes import NodeService
 from postroom.engine.runner import ProviderRunner
 from postroom.engine.services import Services
 from postroom.engine.sessions import SessionKeeper
@@ -51,7 +54,9 @@ from postroom.llm.accounts import AccountPool
 from postroom.llm.base import ModelRequest, ModelResponse, Provider
 from postroom.llm.models import ModelInfo, ModelTable
 from postroom.llm.tokenizer import TokenCounter
+from postroom.store.database import open_database
 from postroom.store.protocol import Store
+from postroom.store.records import NodeRecord
 from postroom.store.sqlite import SqliteStore
 from postroom.web.chat import WebChat
 from postroom.web.tui_socket import TuiSocket
@@ -72,7 +77,10 @@ __all__ = [
     "owner_id",
     "provider_status",
     "queue_settings",
+    "signing_secret",
+    "this_node",
     "transcriber",
+    "wake_for",
     "web_secret",
     "webhook_platforms",
 ]
@@ -80,8 +88,11 @@ __all__ = [
 SECRET_FILE = "web-secret"
 
 
-async def open_store(data_dir: Path) -> SqliteStore:
-    """The data directory's database; a directory ``postroom init`` never made is refused."""
+async def open_store(data_dir: Path, database_url: str | None = None) -> Store:
+    """The PostgreSQL database *database_url* names (PIPELINE §9), else the data directory's
+    SQLite file; a directory ``postroom init`` never made is refused."""
+    if database_url:
+        return await open_database(database_url, data_dir / DATABASE_FILE)
     database = data_dir / DATABASE_FILE
     if not database.exists():
         raise PostroomError(
@@ -208,6 +219,31 @@ def attachment_limits(config: Config) -> AttachmentLimits:
     return AttachmentLimits(
         image_bytes=config.limits.image_bytes, file_bytes=config.limits.file_bytes
     )
+
+
+def this_node(data_dir: Path, now: datetime) -> NodeRecord:
+    """This process as a node (PIPELINE §9); host and port are filled in when it listens."""
+    return NodeRecord(
+        id=owner_id(data_dir),
+        name=f"{socket.gethostname()}:{data_dir.resolve().name}",
+        boot_id=uuid.uuid4().hex,
+        host="",
+        port=0,
+        pid=os.getpid(),
+        started_at=now,
+        heartbeat_at=now,
+    )
+
+
+def wake_for(signals: Signals, channel: str) -> None:
+    """Wake the loop a PostgreSQL notification is for (another node committed its work)."""
+    waker = {
+        "postroom_turns": signals.turns,
+        "postroom_deliveries": signals.deliveries,
+        "postroom_messages": signals.stored,
+    }.get(channel)
+    if waker is not None:
+        waker.wake()
 
 
 def owner_id(data_dir: Path) -> str:
@@ -350,6 +386,16 @@ def provider_status(providers: Mapping[str, Provider]) -> list[dict[str, Any]]:
     return out
 
 
+async def signing_secret(store: Store, data_dir: Path, config: Config) -> bytes:
+    """The key cookies and visitor sessions are signed with: in the database when nodes share
+    one (PIPELINE §9: any node then accepts what another signed), else in the data directory."""
+    if config.database.url:
+        async with store.write() as tx:
+            text = await tx.shared_secret("web", new=secrets.token_hex(32))
+        return text.encode()
+    return web_secret(data_dir)
+
+
 def web_secret(data_dir: Path) -> bytes:
     """The key that signs visitor cookies: made once (0600 from the start), then kept."""
     path = data_dir / SECRET_FILE
@@ -365,6 +411,8 @@ def build_http(
     providers: Mapping[str, Provider],
     channels: ChannelHost,
     metrics: PrometheusMetrics,
+    secret: bytes,
+    nodes: NodeService,
     fetcher: UrlFetcher | None = None,
     address: Mapping[str, Any] | None = None,
 ) -> FastAPI:
@@ -372,7 +420,6 @@ def build_http(
     adapters' hooks. *fetcher*: how attachment URLs are downloaded; *address*: this server as
     the dashboard's nodes page shows it (filled in once it listens)."""
     address = address if address is not None else {}
-    secret = web_secret(data_dir)
     sessions = SessionKeeper(secret=secret, tokens=services.tokens, clock=services.clock)
     web = WebChat(
         services=services,
@@ -389,6 +436,7 @@ def build_http(
             render_metrics=metrics.render,
             provider_status=lambda: provider_status(providers),
             channel_status=channels.status,
+            node_status=nodes.list,
             uploads=Uploads(limits=attachment_limits(config), fetcher=fetcher or UrlFetcher()),
             visitor_chat=web.visitor_chat,
             operator_session=web.operator_of,

@@ -119,6 +119,8 @@ class CliContext:
         return load_config(self.data_dir, os.environ, overrides)
 
     def require_initialized(self) -> None:
+        if self.config().database.url:
+            return  # PIPELINE §9: the database is PostgreSQL's; the directory holds the file
         if not self.database.exists():
             raise PostroomError(
                 f"No postroom data directory at {self.data_dir} (no {DATABASE_FILE}); run "
@@ -139,8 +141,9 @@ async def services_for(cli: CliContext, *, require: bool = True) -> AsyncIterato
     if require:
         cli.require_initialized()
     config = cli.config()
-    services = await Services.open_sqlite(
+    services = await Services.open_database(
         cli.database,
+        database_url=config.database.url,
         folders_dir=cli.folders_dir,
         trigger=config.trigger(),
         defaults=config.folder_defaults(),

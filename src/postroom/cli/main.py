@@ -25,10 +25,17 @@ from postroom.cli.common import (
     stdout,
 )
 from postroom.cli.mcp import mcp
+from postroom.cli.nodes import nodes
 from postroom.cli.ops import doctor, usage
 from postroom.cli.serve import serve
 from postroom.cli.usage import PostroomGroup
-from postroom.config import DATABASE_FILE, initial_config_text
+from postroom.config import (
+    DATABASE_FILE,
+    add_database_url,
+    initial_config_text,
+    is_database_url,
+)
+from postroom.core.errors import PostroomError
 from postroom.engine.bootstrap import bootstrap
 from postroom.engine.files import create_file, make_private_dir
 from postroom.logs import configure_logging
@@ -59,6 +66,7 @@ app.command("doctor")(doctor)
 app.command("chat")(chat)
 app.command("channels")(channels)
 app.command("mcp")(mcp)
+app.command("nodes")(nodes)
 
 
 def _version(value: bool) -> None:
@@ -98,12 +106,21 @@ def root(
 def init(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    database: Annotated[
+        str | None,
+        typer.Option(
+            "--database",
+            help="A postgresql:// URL: keep everything in that database, shared by every node.",
+        ),
+    ] = None,
 ) -> None:
     """Create the data directory: postroom.toml with an API token, the database, the folder
     main and the catch-all route. Running it again never overwrites anything."""
     cli = context(ctx)
 
     async def body() -> dict[str, object]:
+        if database is not None and not is_database_url(database):
+            raise PostroomError("--database must be a postgresql:// URL.")
         make_private_dir(cli.data_dir)
         path = config_path(cli)
         token: str | None = None
@@ -115,10 +132,16 @@ def init(
             wrote_config = create_file(
                 path,
                 initial_config_text(
-                    token=token, provider=detected.provider, provider_model=detected.model
+                    token=token,
+                    provider=detected.provider,
+                    provider_model=detected.model,
+                    database_url=database,
                 ),
             )
             token = token if wrote_config else None
+        elif database is not None:
+            add_database_url(path, cli.config().database.url, database)
+        configured = cli.config().database.url
         existed = (cli.data_dir / DATABASE_FILE).exists()
         async with services_for(cli, require=False) as services:
             report = await bootstrap(services, actor=actor())
@@ -126,7 +149,8 @@ def init(
             "data_dir": str(cli.data_dir),
             "config": str(path),
             "config_created": wrote_config,
-            "database_created": not existed,
+            "database_created": report.created_folder if configured else not existed,
+            "database": "postgresql" if configured else "sqlite",
             "folder_created": "main" if report.created_folder else None,
             "route_created": report.route_id,
             "token": token,
@@ -146,7 +170,9 @@ def init(
             stdout.print(ECHO_HINT, markup=False, highlight=False)
     else:
         stdout.print(f"Kept the existing {result['config']}")
-    if result["database_created"]:
+    if result["database_created"] and result["database"] == "postgresql":
+        stdout.print("Created the schema in the PostgreSQL database")
+    elif result["database_created"]:
         stdout.print(f"Created the database in {result['data_dir']}")
     if result["folder_created"]:
         stdout.print(f'Created folder main and route {result["route_created"]}: 9999 "" → main')

@@ -14,7 +14,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from postroom.dashboard import activity, catalog_pages, insight, live
+from postroom.dashboard import access_page, activity, catalog_pages, insight, live
 from postroom.dashboard.shell import PREFIX, Shell, form_text
 from postroom.engine.services import Services
 from postroom.engine.sessions import SESSION_COOKIE, SESSION_TTL_S, Session, SessionKeeper
@@ -56,6 +56,7 @@ class Dashboard:
             *insight.routes(shell, context),
             *catalog_pages.routes(shell, context),
             *activity.routes(shell, context),
+            *access_page.routes(shell, context),
             *live.routes(shell, context),
             Mount(f"{PREFIX}/static", app=StaticFiles(directory=self._static)),
         ]

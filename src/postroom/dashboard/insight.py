@@ -1,5 +1,6 @@
 """The pages that show what happened: the overview (health, queue, trouble, cost today),
-conversations, one message's journey, one run's exact context, usage, access and nodes."""
+conversations, one message's journey, one run's exact context, usage with spend against
+budget, and nodes."""
 
 from __future__ import annotations
 
@@ -16,13 +17,14 @@ from postroom.core.errors import PostroomError
 from postroom.core.messages import MessageType
 from postroom.dashboard.charts import bar_chart
 from postroom.dashboard.shell import Shell, error_status
+from postroom.engine.budgets import BudgetStatus
 from postroom.engine.health import channel_health
 from postroom.engine.overview import read_overview
 from postroom.engine.sessions import Session
 from postroom.engine.turns import job_to_dict
 from postroom.engine.views import delivery_record_to_dict, message_to_dict, run_to_dict
 
-__all__ = ["message_view", "routes"]
+__all__ = ["budget_view", "message_view", "routes"]
 
 CONVERSATION_LIMIT = 200
 USAGE_DAYS = 30
@@ -39,7 +41,6 @@ def routes(shell: Shell, context: Any) -> list[BaseRoute]:
         Route("/dashboard/journey", shell.page(pages.journey), methods=["GET"]),
         Route("/dashboard/runs/{run_id:int}", shell.page(pages.run), methods=["GET"]),
         Route("/dashboard/usage", shell.page(pages.usage), methods=["GET"]),
-        Route("/dashboard/access", shell.page(pages.access), methods=["GET"]),
         Route("/dashboard/nodes", shell.page(pages.nodes), methods=["GET"]),
     ]
 
@@ -47,6 +48,13 @@ def routes(shell: Shell, context: Any) -> list[BaseRoute]:
 def message_view(message: dict[str, Any]) -> dict[str, Any]:
     """A message as the conversation view lists it: folded when it is a trace."""
     return message | {"folded": message["message_type"] in _FOLDED}
+
+
+def budget_view(status: BudgetStatus) -> dict[str, Any]:
+    """A budgeted folder's row: its spend today and the share of its budget, for the bar
+    (capped at 100 %: a turn already running may spend past the budget)."""
+    used = status.spent / status.budget * 100 if status.budget > 0 else 100.0
+    return status.to_dict() | {"percent": round(used), "width": min(round(used), 100)}
 
 
 def _money(amount: float) -> str:
@@ -172,18 +180,17 @@ class InsightPages:
             )
             for kind, groups in by.items()
         }
+        budgets = await self._services.budgets.today(now=self._services.clock())
         return self._shell.render(
             "usage.html",
             request,
             session,
+            budgets=[budget_view(b) for b in budgets],
             rows=rows,
             charts=charts,
             unpriced=unpriced,
             days=USAGE_DAYS,
         )
-
-    async def access(self, request: Request, session: Session) -> Response:
-        return self._shell.render("access.html", request, session)
 
     async def nodes(self, request: Request, session: Session) -> Response:
         adapters = [s.get("name") for s in self._context.channel_status()]

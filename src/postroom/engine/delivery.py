@@ -215,9 +215,13 @@ class DeliveryLoop:
         flight) and wait for those sends; True if there were any."""
         async with self._choosing:
             self._ended_while_choosing.clear()
-            async with self._store.read() as tx:
-                due = await tx.due_deliveries(now=self._clock(), limit=self._settings.batch)
-                started = [self._start(d) for d in due if self._free(d)]
+            # On a database shared by several nodes, taking a chat's oldest row holds it for
+            # this node until it is sent (PIPELINE §9).
+            async with self._store.claim() as tx:
+                now = self._clock()
+                due = await tx.due_deliveries(now=now, limit=self._settings.batch)
+                mine = [d for d in due if self._free(d) and await tx.claim_delivery(d.id, now=now)]
+            started = [self._start(d) for d in mine]
         if started:
             await asyncio.gather(*started, return_exceptions=True)
         return bool(started)
@@ -230,7 +234,10 @@ class DeliveryLoop:
             free = self._settings.concurrency - len(self._in_flight)
             self._held_back = False
             self._ended_while_choosing.clear()
-            async with self._store.read() as tx:
+            # On a database shared by several nodes, a row this node sends is claimed for it
+            # first (PIPELINE §9); the sends start once the claims are committed.
+            mine: list[DeliveryRecord] = []
+            async with self._store.claim() as tx:
                 due: list[DeliveryRecord] = []
                 if free > 0:
                     # The chats in flight still have their row pending: ask for them too.
@@ -240,13 +247,15 @@ class DeliveryLoop:
                     for delivery in due:
                         if not self._free(delivery):
                             self._held_back = True
-                        elif free > 0:
-                            self._start(delivery)
+                        elif free > 0 and await tx.claim_delivery(delivery.id, now=now):
+                            mine.append(delivery)
                             free -= 1
-                if free <= 0:
-                    self._held_back = True
-                    return self._settings.backstop_s
-                upcoming = await tx.next_delivery_due(after=now)
+                upcoming = None if free <= 0 else await tx.next_delivery_due(after=now)
+            for delivery in mine:
+                self._start(delivery)
+            if free <= 0:
+                self._held_back = True
+                return self._settings.backstop_s
         wait = self._settings.backstop_s
         if upcoming is not None:
             wait = min(wait, max((upcoming - now).total_seconds(), 0.0))

@@ -34,8 +34,8 @@ from postroom.engine.tasks import DEFAULT_TICK_S, TaskService
 from postroom.engine.tokens import TokenService
 from postroom.engine.turn_limit import TurnLimiter
 from postroom.engine.turns import QueueSettings, TurnService
+from postroom.store.database import open_database
 from postroom.store.protocol import Store
-from postroom.store.sqlite import SqliteStore
 
 __all__ = ["Services"]
 
@@ -147,10 +147,11 @@ class Services:
         )
 
     @classmethod
-    async def open_sqlite(
+    async def open_database(
         cls,
         database: Path,
         *,
+        database_url: str | None = None,
         folders_dir: Path,
         trigger: Trigger,
         defaults: FolderDefaults,
@@ -165,7 +166,7 @@ class Services:
         access: AccessPolicy | None = None,
         model_overrides: ModelOverrides | None = None,
     ) -> Services:
-        store = await SqliteStore.open(database)
+        store = await open_database(database_url, database)
         return cls.build(
             store,
             folders_dir=folders_dir,

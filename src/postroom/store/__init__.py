@@ -3,7 +3,8 @@
 Hot paths are raw SQL through the driver; schema changes are numbered migrations.
 """
 
-from postroom.store.protocol import PriorOutcome, Store, StoreTx, TurnRow
+from postroom.store.database import open_database
+from postroom.store.protocol import PriorOutcome, SharedStore, Store, StoreTx, TurnRow
 from postroom.store.records import (
     DropRecord,
     NewMessage,
@@ -21,8 +22,10 @@ __all__ = [
     "RouteRecord",
     "RouteSpec",
     "SchemaTooNew",
+    "SharedStore",
     "SqliteStore",
     "Store",
     "StoreTx",
     "TurnRow",
+    "open_database",
 ]

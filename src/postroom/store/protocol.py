@@ -8,11 +8,11 @@ later, behind the same protocol and the same tests.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from postroom.core.access import PairingState, Principal, Role
 from postroom.core.attachments import Blob
@@ -32,6 +32,7 @@ from postroom.store.records import (
     NewDelivery,
     NewJob,
     NewMessage,
+    NodeRecord,
     PairingRequest,
     RouteAuditRecord,
     RouteRecord,
@@ -43,7 +44,7 @@ from postroom.store.records import (
     UsageRow,
 )
 
-__all__ = ["PriorOutcome", "Store", "StoreTx", "TurnRow"]
+__all__ = ["PriorOutcome", "SharedStore", "Store", "StoreTx", "TurnRow"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,6 +338,11 @@ class StoreTx(Protocol):
         """For each chat, its oldest pending delivery, if due: chats are served in order."""
         ...
 
+    async def claim_delivery(self, delivery_id: int, *, now: datetime) -> bool:
+        """Hold a due row for this process while it sends it; False when another process
+        holds it (PostgreSQL, PIPELINE §9; on SQLite always True)."""
+        ...
+
     async def mark_delivered(
         self, delivery_id: int, *, now: datetime, platform_message_id: str | None
     ) -> None: ...
@@ -471,6 +477,21 @@ class StoreTx(Protocol):
 
     async def delete_token(self, name: str) -> bool: ...
 
+    # -- nodes (PIPELINE §9) and shared secrets ---------------------------------------------------
+    async def register_node(self, node: NodeRecord) -> None:
+        """Insert or replace a node's row (a restarted node keeps its id, with a new boot)."""
+        ...
+
+    async def heartbeat_node(self, node_id: str, *, at: datetime) -> None: ...
+
+    async def remove_node(self, node_id: str) -> None: ...
+
+    async def list_nodes(self) -> list[NodeRecord]: ...
+
+    async def shared_secret(self, name: str, *, new: str) -> str:
+        """The secret stored under *name*, storing *new* first if there is none (every node
+        then signs cookies and sessions with the same key)."""
+
     # -- admission (ROUTING §8) and daily budgets ---------------------------------------------
     async def list_principals(self) -> list[Principal]: ...
 
@@ -576,4 +597,20 @@ class Store(Protocol):
         """A write transaction, committed when the block exits normally, else rolled back."""
         ...
 
+    def claim(self) -> AbstractAsyncContextManager[StoreTx]:
+        """The transaction the delivery loop chooses and claims due outbox rows in: a write
+        where several processes share the database (:meth:`StoreTx.claim_delivery` holds a row
+        for this one), a read where one server owns it (SQLite)."""
+        ...
+
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class SharedStore(Protocol):
+    """A store several processes share (PostgreSQL, PIPELINE §9): it says which node this
+    process is, and passes on the wake-ups other nodes' commits send."""
+
+    node: str
+
+    async def listen(self, listener: Callable[[str], None]) -> None: ...

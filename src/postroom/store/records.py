@@ -23,6 +23,7 @@ __all__ = [
     "NewDelivery",
     "NewJob",
     "NewMessage",
+    "NodeRecord",
     "PairingRequest",
     "RouteAuditRecord",
     "RouteRecord",
@@ -303,6 +304,20 @@ class TaskRecord:
     last_status: str | None
     created_at: datetime
     created_by: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """A ``postroom serve`` process on the database (PIPELINE §9), and when it last said so."""
+
+    id: str
+    name: str
+    boot_id: str
+    host: str
+    port: int
+    pid: int
+    started_at: datetime
+    heartbeat_at: datetime
 
 
 @dataclass(frozen=True, slots=True)

@@ -137,9 +137,12 @@ class AccessStatements(Statements):
     # -- budgets ----------------------------------------------------------------------------
     async def cost_since(self, folder: str, since: datetime) -> tuple[float, int]:
         """The priced cost of the runs of *folder* and every folder under it since *since*,
-        and how many of those runs had no price."""
+        and how many of those runs used tokens that have no price (a failed call reports no
+        usage and costs nothing)."""
         row = await self._one(
-            "SELECT COALESCE(SUM(cost), 0), COALESCE(SUM(cost IS NULL), 0) FROM runs "
+            # COUNT(CASE …): a count of a condition in the SQL of both engines.
+            "SELECT COALESCE(SUM(cost), 0), "
+            "COUNT(CASE WHEN cost IS NULL AND usage IS NOT NULL THEN 1 END) FROM runs "
             "WHERE started_at >= ? AND (folder = ? OR (folder >= ? AND folder < ?))",
             (to_iso(since), folder, folder + "/", folder + "0"),
         )

@@ -29,12 +29,13 @@ class BlobStatements(Statements):
         if not listed:
             return
         await self._many(
-            "INSERT OR IGNORE INTO blobs (sha256, mime, size, data, created_at) "
-            "VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO blobs (sha256, mime, size, data, created_at) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
             [(b.sha256, b.mime, b.size, b.data, to_iso(now)) for b in listed],
         )
         await self._many(
-            "INSERT OR IGNORE INTO message_blobs (chat_jid, sha256, message_id) VALUES (?, ?, ?)",
+            "INSERT INTO message_blobs (chat_jid, sha256, message_id) VALUES (?, ?, ?) "
+            "ON CONFLICT DO NOTHING",
             [(chat_jid, b.sha256, message_id) for b in listed],
         )
 

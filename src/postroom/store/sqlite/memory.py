@@ -12,20 +12,25 @@ from postroom.store.sqlite.base import Statements
 from postroom.store.sqlite.codec import from_iso, to_iso
 from postroom.store.sqlite.messages import MESSAGE_COLUMNS, message_from_row
 
-__all__ = ["MemoryStatements", "fts_query"]
+__all__ = ["MemoryStatements", "fact_from_row", "fts_query", "fts_words"]
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
-def fts_query(text: str, *, max_terms: int = 24) -> str:
-    """An FTS5 query matching any of the words of *text* (each quoted: no syntax injection)."""
+def fts_words(text: str, *, max_terms: int = 24) -> list[str]:
+    """The distinct words of *text* worth searching for (longer than two characters)."""
     words: list[str] = []
     for word in _WORD.findall(text.lower()):
         if len(word) > 2 and word not in words:
             words.append(word)
         if len(words) >= max_terms:
             break
-    return " OR ".join(f'"{word}"' for word in words)
+    return words
+
+
+def fts_query(text: str, *, max_terms: int = 24) -> str:
+    """An FTS5 query matching any of the words of *text* (each quoted: no syntax injection)."""
+    return " OR ".join(f'"{word}"' for word in fts_words(text, max_terms=max_terms))
 
 
 class MemoryStatements(Statements):
@@ -65,7 +70,7 @@ class MemoryStatements(Statements):
                 "WHERE folder = ? AND category = ? ORDER BY id DESC LIMIT ?",
                 (folder, category, limit),
             )
-        return [_fact(row) for row in rows]
+        return [fact_from_row(row) for row in rows]
 
     async def search_facts(self, folder: str, query: str, *, limit: int) -> list[MemoryFact]:
         match = fts_query(query)
@@ -82,7 +87,7 @@ class MemoryStatements(Statements):
             "WHERE memory_fts MATCH ? AND f.folder = ? ORDER BY bm25(memory_fts) LIMIT ?",
             (match, folder, limit),
         )
-        return [_fact(row) for row in rows]
+        return [fact_from_row(row) for row in rows]
 
     async def set_state(self, folder: str, key: str, value: str, *, now: datetime) -> None:
         if value == "":
@@ -196,5 +201,5 @@ class MemoryStatements(Statements):
         ]
 
 
-def _fact(row: Any) -> MemoryFact:
+def fact_from_row(row: Any) -> MemoryFact:
     return MemoryFact(row[0], row[1], row[2], row[3], from_iso(row[4]))

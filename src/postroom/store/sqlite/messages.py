@@ -138,7 +138,7 @@ class MessageStatements(Statements):
         rows = await self._all(
             f"SELECT {MESSAGE_COLUMNS} FROM ("
             f"SELECT {MESSAGE_COLUMNS} FROM messages {clause} ORDER BY seq DESC LIMIT ?"
-            ") ORDER BY seq",
+            ") AS newest ORDER BY seq",
             params,
         )
         return [message_from_row(row) for row in rows]
@@ -168,7 +168,7 @@ class MessageStatements(Statements):
         row = await self._one(
             "SELECT COUNT(DISTINCT sender) > 1 FROM (SELECT sender FROM messages "
             "WHERE chat_jid = ? AND message_type = 'user' AND is_from_me = 0 "
-            "ORDER BY seq DESC LIMIT ?)",
+            "ORDER BY seq DESC LIMIT ?) AS newest",
             (chat_jid, within),
         )
         return bool(row and row[0])
@@ -181,11 +181,13 @@ class MessageStatements(Statements):
             "WHERE m.conversation_id = ? "
             "AND m.message_type IN ('user', 'assistant', 'system', 'tool_result') "
             "AND m.compacted = 0 AND json_extract(m.metadata, '$.command') IS NULL "
-            "ORDER BY m.seq DESC LIMIT ?) ORDER BY seq",
+            "ORDER BY m.seq DESC LIMIT ?) AS recent ORDER BY seq",
             (conversation_id, limit),
         )
         # Every turn reads the same rows again: each is decoded once while it stays unchanged.
-        return [TurnRow(_decoded(row[:_WIDTH]), row[_WIDTH], row[_WIDTH + 1]) for row in rows]
+        return [
+            TurnRow(_decoded(tuple(row)[:_WIDTH]), row[_WIDTH], row[_WIDTH + 1]) for row in rows
+        ]
 
     async def attach_observed(
         self,
@@ -278,7 +280,7 @@ class MessageStatements(Statements):
         rows = await self._all(
             "SELECT id, chat_jid, time, sender, verb, reason FROM ("
             "SELECT id, chat_jid, time, sender, verb, reason FROM drops "
-            "ORDER BY time DESC LIMIT ?) ORDER BY time",
+            "ORDER BY time DESC LIMIT ?) AS newest ORDER BY time",
             (limit,),
         )
         return [DropRecord(r[0], r[1], from_iso(r[2]), r[3], r[4], r[5]) for r in rows]

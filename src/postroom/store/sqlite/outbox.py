@@ -14,9 +14,9 @@ from postroom.store.records import DeliveryRecord, NewDelivery
 from postroom.store.sqlite.base import Statements
 from postroom.store.sqlite.codec import from_iso, to_iso
 
-__all__ = ["OutboxStatements"]
+__all__ = ["DELIVERY_COLUMNS", "OutboxStatements", "delivery_from_row"]
 
-_COLUMNS = (
+DELIVERY_COLUMNS = (
     "id, message_id, message_chat_jid, chat_jid, chunk, chunks, content, kind, message_type, "
     "folder, topic, reply_to, engage, status, attempts, next_try, last_error, "
     "platform_message_id, created_at, sent_at"
@@ -53,12 +53,12 @@ class OutboxStatements(Statements):
 
     async def due_deliveries(self, *, now: datetime, limit: int) -> list[DeliveryRecord]:
         rows = await self._all(
-            f"SELECT {_COLUMNS} FROM deliveries WHERE id IN ("
+            f"SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE id IN ("
             "  SELECT MIN(id) FROM deliveries WHERE status = 'pending' GROUP BY chat_jid"
             ") AND next_try <= ? ORDER BY id LIMIT ?",
             (to_iso(now), limit),
         )
-        return [_delivery(row) for row in rows]
+        return [delivery_from_row(row) for row in rows]
 
     async def mark_delivered(
         self, delivery_id: int, *, now: datetime, platform_message_id: str | None
@@ -113,27 +113,29 @@ class OutboxStatements(Statements):
         clause = f"WHERE {' AND '.join(where)}" if where else ""
         order = "DESC" if newest_first else ""
         rows = await self._all(
-            f"SELECT {_COLUMNS} FROM deliveries {clause} ORDER BY id {order} LIMIT ?",
+            f"SELECT {DELIVERY_COLUMNS} FROM deliveries {clause} ORDER BY id {order} LIMIT ?",
             [*params, limit],
         )
-        return [_delivery(row) for row in rows]
+        return [delivery_from_row(row) for row in rows]
 
     async def get_delivery(self, delivery_id: int) -> DeliveryRecord | None:
-        row = await self._one(f"SELECT {_COLUMNS} FROM deliveries WHERE id = ?", (delivery_id,))
-        return None if row is None else _delivery(row)
+        row = await self._one(
+            f"SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE id = ?", (delivery_id,)
+        )
+        return None if row is None else delivery_from_row(row)
 
     async def requeue_delivery(self, delivery_id: int, *, now: datetime) -> DeliveryRecord | None:
         # A fresh start: the TTL counts from now, the backoff from the first attempt again.
         row = await self._one(
             "UPDATE deliveries SET status = 'pending', attempts = 0, next_try = ?, "
             "created_at = ?, sent_at = NULL WHERE id = ? AND (status = 'abandoned' "
-            f"OR (status = 'pending' AND last_error IS NOT NULL)) RETURNING {_COLUMNS}",
+            f"OR (status = 'pending' AND last_error IS NOT NULL)) RETURNING {DELIVERY_COLUMNS}",
             (to_iso(now), to_iso(now), delivery_id),
         )
-        return None if row is None else _delivery(row)
+        return None if row is None else delivery_from_row(row)
 
 
-def _delivery(row: Any) -> DeliveryRecord:
+def delivery_from_row(row: Any) -> DeliveryRecord:
     return DeliveryRecord(
         id=row[0],
         message_id=row[1],

@@ -17,9 +17,9 @@ from postroom.store.records import JobKind, JobRecord, JobStatus, NewJob
 from postroom.store.sqlite.base import Statements
 from postroom.store.sqlite.codec import from_iso, to_iso
 
-__all__ = ["QueueStatements"]
+__all__ = ["JOB_COLUMNS", "QueueStatements", "job_from_row"]
 
-_JOB_COLUMNS = (
+JOB_COLUMNS = (
     "id, conversation_id, folder, chat_jid, topic, kind, task_id, priority, status, attempts, "
     "max_attempts, run_at, lease_until, lease_owner, lease_token, last_error, answer_id, "
     "created_at, started_at, finished_at, depth"
@@ -29,11 +29,11 @@ _JOB_COLUMNS = (
 class QueueStatements(Statements):
     async def open_jobs(self, conversation_id: int) -> list[JobRecord]:
         rows = await self._all(
-            f"SELECT {_JOB_COLUMNS} FROM jobs WHERE conversation_id = ? "
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE conversation_id = ? "
             "AND status IN ('queued', 'running') ORDER BY id",
             (conversation_id,),
         )
-        return [_job(row) for row in rows]
+        return [job_from_row(row) for row in rows]
 
     async def insert_job(self, job: NewJob) -> int:
         row = await self._one(
@@ -85,12 +85,12 @@ class QueueStatements(Statements):
             "  AND NOT EXISTS (SELECT 1 FROM jobs r WHERE r.conversation_id = q.conversation_id "
             "                  AND r.status = 'running') "
             "  ORDER BY q.priority, q.id LIMIT 1"
-            f") RETURNING {_JOB_COLUMNS}",
+            f") RETURNING {JOB_COLUMNS}",
             (to_iso(lease_until), owner, token, boot_id, to_iso(now), to_iso(now)),
         )
         if row is None:
             return None
-        return await self._with_messages(_job(row))
+        return await self._with_messages(job_from_row(row))
 
     async def renew_lease(self, job_id: int, token: str, lease_until: datetime) -> bool:
         changed = await self._run(
@@ -101,32 +101,32 @@ class QueueStatements(Statements):
         return changed == 1
 
     async def get_job(self, job_id: int) -> JobRecord | None:
-        row = await self._one(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,))
+        row = await self._one(f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?", (job_id,))
         if row is None:
             return None
-        return await self._with_messages(_job(row))
+        return await self._with_messages(job_from_row(row))
 
     async def job_for_message(self, message_id: str, chat_jid: str) -> JobRecord | None:
         row = await self._one(
-            f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ("
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ("
             "SELECT job_id FROM job_messages WHERE message_id = ? AND chat_jid = ?)",
             (message_id, chat_jid),
         )
         if row is None:
             return None
-        return await self._with_messages(_job(row))
+        return await self._with_messages(job_from_row(row))
 
     async def list_jobs(self, *, status: str | None, limit: int) -> list[JobRecord]:
         if status is None:
             rows = await self._all(
-                f"SELECT {_JOB_COLUMNS} FROM jobs ORDER BY id DESC LIMIT ?", (limit,)
+                f"SELECT {JOB_COLUMNS} FROM jobs ORDER BY id DESC LIMIT ?", (limit,)
             )
         else:
             rows = await self._all(
-                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE status = ? ORDER BY id DESC LIMIT ?",
+                f"SELECT {JOB_COLUMNS} FROM jobs WHERE status = ? ORDER BY id DESC LIMIT ?",
                 (status, limit),
             )
-        jobs = [_job(row) for row in rows]
+        jobs = [job_from_row(row) for row in rows]
         if not jobs:
             return []
         refs: dict[int, list[tuple[str, str]]] = {}
@@ -199,19 +199,19 @@ class QueueStatements(Statements):
         row = await self._one(
             "UPDATE jobs SET status = 'cancelled', finished_at = ?, lease_until = NULL, "
             "lease_token = NULL WHERE id = ? AND status IN ('queued', 'running') "
-            f"RETURNING {_JOB_COLUMNS}",
+            f"RETURNING {JOB_COLUMNS}",
             (to_iso(now), job_id),
         )
-        return None if row is None else await self._with_messages(_job(row))
+        return None if row is None else await self._with_messages(job_from_row(row))
 
     async def requeue_job(self, job_id: int, *, now: datetime) -> JobRecord | None:
         row = await self._one(
             "UPDATE jobs SET status = 'queued', attempts = 0, run_at = ?, finished_at = NULL, "
             "last_error = NULL WHERE id = ? AND status IN ('failed', 'cancelled') "
-            f"RETURNING {_JOB_COLUMNS}",
+            f"RETURNING {JOB_COLUMNS}",
             (to_iso(now), job_id),
         )
-        return None if row is None else await self._with_messages(_job(row))
+        return None if row is None else await self._with_messages(job_from_row(row))
 
     async def next_job_due(self) -> datetime | None:
         # A turn whose conversation has one running is left out: it becomes claimable when
@@ -267,7 +267,7 @@ def _opt_time(value: Any) -> datetime | None:
     return from_iso(value) if value else None
 
 
-def _job(row: Any) -> JobRecord:
+def job_from_row(row: Any) -> JobRecord:
     return JobRecord(
         id=row[0],
         conversation_id=row[1],

@@ -11,7 +11,7 @@ from postroom.store.records import RunRecord, RunSummary, TaskRecord
 from postroom.store.sqlite.base import Statements, sha256
 from postroom.store.sqlite.codec import dump_json, from_iso, load_json, load_object, to_iso
 
-__all__ = ["RunStatements"]
+__all__ = ["TASK_COLUMNS", "RunStatements", "task_from_row"]
 
 _RUN_COLUMNS = (
     "id, job_id, folder, conversation_id, provider, model, account, parts, output_raw, output, "
@@ -21,7 +21,7 @@ _RUN_COLUMNS = (
 _REMEMBERED_PARTS = 4096
 #: Hashes looked up in one statement (SQLite allows 32,766 parameters; stay well below).
 _LOOKUP_BATCH = 500
-_TASK_COLUMNS = (
+TASK_COLUMNS = (
     "id, folder, chat_jid, schedule, tz, prompt, enabled, next_run, last_run, last_status, "
     "created_at, created_by"
 )
@@ -152,8 +152,11 @@ class RunStatements(Statements):
         ids: list[int] = []
         for body, digest in parts:
             if digest not in known:
+                # ON CONFLICT: on a database shared by several processes another may store
+                # the same part meanwhile; this waits for it and takes its row.
                 row = await self._one(
-                    "INSERT INTO run_parts (sha256, body) VALUES (?, ?) RETURNING id",
+                    "INSERT INTO run_parts (sha256, body) VALUES (?, ?) "
+                    "ON CONFLICT (sha256) DO UPDATE SET body = excluded.body RETURNING id",
                     (digest, body),
                 )
                 known[digest] = int(row[0])
@@ -191,11 +194,14 @@ class RunStatements(Statements):
         return int(row[0])
 
     async def get_task(self, task_id: int) -> TaskRecord | None:
-        row = await self._one(f"SELECT {_TASK_COLUMNS} FROM tasks WHERE id = ?", (task_id,))
-        return None if row is None else _task(row)
+        row = await self._one(f"SELECT {TASK_COLUMNS} FROM tasks WHERE id = ?", (task_id,))
+        return None if row is None else task_from_row(row)
 
     async def list_tasks(self) -> list[TaskRecord]:
-        return [_task(r) for r in await self._all(f"SELECT {_TASK_COLUMNS} FROM tasks ORDER BY id")]
+        return [
+            task_from_row(r)
+            for r in await self._all(f"SELECT {TASK_COLUMNS} FROM tasks ORDER BY id")
+        ]
 
     async def update_task(self, task_id: int, **changes: Any) -> None:
         unknown = set(changes) - _TASK_CHANGES
@@ -215,11 +221,11 @@ class RunStatements(Statements):
 
     async def due_tasks(self, *, now: datetime) -> list[TaskRecord]:
         rows = await self._all(
-            f"SELECT {_TASK_COLUMNS} FROM tasks WHERE enabled = 1 AND next_run IS NOT NULL "
+            f"SELECT {TASK_COLUMNS} FROM tasks WHERE enabled = 1 AND next_run IS NOT NULL "
             "AND next_run <= ? ORDER BY next_run, id",
             (to_iso(now),),
         )
-        return [_task(row) for row in rows]
+        return [task_from_row(row) for row in rows]
 
     async def task_has_open_job(self, task_id: int) -> bool:
         row = await self._one(
@@ -261,7 +267,7 @@ def _iso(value: datetime | None) -> str | None:
     return None if value is None else to_iso(value)
 
 
-def _task(row: Any) -> TaskRecord:
+def task_from_row(row: Any) -> TaskRecord:
     return TaskRecord(
         id=row[0],
         folder=row[1],

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 from postroom.store.protocol import StoreTx
@@ -30,6 +30,7 @@ from postroom.store.sqlite.migrate import apply_migrations
 from postroom.store.sqlite.outbox import OutboxStatements
 from postroom.store.sqlite.queue import QueueStatements
 from postroom.store.sqlite.runs import RunStatements
+from postroom.store.sqlite.secrets import SingleServerStatements
 from postroom.store.sqlite.skills import SkillStatements
 from postroom.store.sqlite.tokens import TokenStatements
 from postroom.store.sqlite.wal import Checkpoint, WalKeeper, WalLimits
@@ -49,6 +50,7 @@ class SqliteTx(
     RunStatements,
     MemoryStatements,
     TokenStatements,
+    SingleServerStatements,
     AccessStatements,
     SkillStatements,
     BlobStatements,
@@ -250,6 +252,10 @@ class SqliteStore:
         as long as that takes); see ``wal``."""
         self._check_open()
         return await self.wal.checkpoint(truncate=truncate)
+
+    def claim(self) -> AbstractAsyncContextManager[SqliteTx]:
+        # One server per file (PIPELINE §2): no other process sends from this outbox.
+        return self.read()
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[SqliteTx]:
