@@ -271,6 +271,29 @@ async def test_sending_before_start_is_a_retryable_failure(fake: FakeTelegram) -
     assert not raised.value.permanent
 
 
+async def test_a_node_without_the_polling_lease_sends_but_never_polls(
+    fake: FakeTelegram, engine: Engine
+) -> None:
+    channel = new_channel(fake)
+    engine.attach(channel)
+    await channel.start(engine.context(), listen=False)
+    try:
+        assert channel.single_connection and not channel.listening
+        await channel.send(chunk(DM, "from a node that does not poll"))
+        assert len(fake.called("sendMessage")) == 1
+        assert not fake.called("getUpdates")
+
+        await channel.listen()  # the node took the lease
+        await fake.wait_for("getUpdates")
+        await channel.unlisten()  # and lost it again
+        polled = len(fake.called("getUpdates"))
+        await channel.send(chunk(DM, "still sending", delivery_id=2, message_id="m2"))
+        assert len(fake.called("sendMessage")) == 2
+        assert len(fake.called("getUpdates")) == polled
+    finally:
+        await channel.stop()
+
+
 # ----------------------------------------------------------------------------- reply chains
 
 

@@ -482,6 +482,25 @@ def test_a_failing_webhook_is_red_on_the_overview_and_its_delivery_is_retried(ri
     assert page.get_by_role("alert").count() == 0
 
 
+def test_the_nodes_page_shows_this_server_as_the_only_node_on_sqlite_and_refreshes(
+    rig: Rig,
+) -> None:
+    page = rig.page("/dashboard/nodes")
+    (listed,) = rig.api("GET", "/api/v1/nodes").json()["nodes"]
+    row = page.get_by_test_id("node")
+    expect(row).to_have_count(1)
+    expect(row).to_have_attribute("data-id", listed["id"])
+    expect(row).to_contain_text("this node")
+    expect(row).to_contain_text("alive")
+    expect(row).to_contain_text(f"127.0.0.1:{rig.server.port}")
+    expect(row).to_contain_text(f"pid {listed['pid']}")
+    expect(page.get_by_test_id("single-node")).to_contain_text("SQLite")
+    # The table reloads itself (a heartbeat is due every 5 s): its "as of" time moves on.
+    as_of = page.get_by_text(re.compile(r"^As of "))
+    before = as_of.text_content() or ""
+    expect(as_of).not_to_have_text(before, timeout=15_000)
+
+
 def test_pages_work_at_375_px_in_the_dark(rig: Rig) -> None:
     page = rig.page()
     page.set_viewport_size({"width": 375, "height": 800})

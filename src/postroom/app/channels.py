@@ -93,6 +93,16 @@ class ChannelHost:
                 self._by_platform[platform] = channel
                 sinks.register(platform, channel)
         self._typing: asyncio.Task[None] | None = None
+        self._started: list[BaseChannel] = []
+
+    @property
+    def leased(self) -> list[BaseChannel]:
+        """The started adapters that hold one connection per account (PIPELINE §9)."""
+        return [channel for channel in self._started if channel.single_connection]
+
+    def listening(self) -> list[str]:
+        """The single-connection adapters receiving on this process now."""
+        return [channel.name for channel in self.leased if channel.listening]
 
     def routes(self) -> list[BaseRoute]:
         routes = [route for channel in self.channels for route in channel.routes()]
@@ -100,12 +110,16 @@ class ChannelHost:
             routes.extend(disabled_routes())
         return routes
 
-    async def start(self, context: ChannelContext) -> None:
+    async def start(self, context: ChannelContext, *, listen: bool = True) -> None:
+        """Start every adapter; with ``listen=False`` (nodes sharing a database) the
+        single-connection ones only send until their lease is taken (:attr:`leased`)."""
         for channel in self.channels:
             try:
-                await channel.start(context)
+                await channel.start(context, listen=listen)
             except Exception as exc:  # one broken adapter must not keep the others down
                 log.error("channel.start_failed", channel=channel.name, error=str(exc))
+                continue
+            self._started.append(channel)
         if self._by_platform:
             self._typing = asyncio.create_task(self._relay_typing(), name="channel-typing")
 
@@ -119,6 +133,7 @@ class ChannelHost:
                 await channel.stop()
             except Exception as exc:  # keep stopping the rest
                 log.warning("channel.stop_failed", channel=channel.name, error=str(exc))
+        self._started.clear()
 
     def status(self) -> list[dict[str, Any]]:
         out = []

@@ -45,6 +45,7 @@ from postroom.channels.base import BaseChannel, ChannelContext
 from postroom.channels.http import WebhookSession
 from postroom.config import CONFIG_FILE, Config
 from postroom.core.errors import ConfigError, PostroomError
+from postroom.engine.adapter_leases import AdapterLeases
 from postroom.engine.clock import Clock, system_clock
 from postroom.engine.delivery import DeliveryLoop
 from postroom.engine.feed import MessageFeed
@@ -135,6 +136,8 @@ class Gateway:
     data_dir: Path | None = None
     #: This process's row among the nodes sharing the database (PIPELINE §9).
     nodes: NodeService | None = None
+    #: The single-connection adapters' leases, on a database nodes share (PIPELINE §9).
+    leases: AdapterLeases | None = None
     #: Where this server listens and since when (the dashboard's nodes page).
     address: dict[str, Any] = field(default_factory=dict)
 
@@ -205,8 +208,12 @@ class Gateway:
         sinks, webhooks = build_sinks(config)
         host = ChannelHost(adapters, signals=signals, sinks=sinks, clock=clock)
         voice = transcriber(config)
-        nodes = NodeService(store=store, me=this_node(data_dir, clock()), clock=clock)
+        nodes = NodeService(
+            store=store, me=this_node(data_dir, clock()), clock=clock, local_adapters=host.listening
+        )
+        leases: AdapterLeases | None = None
         if isinstance(store, SharedStore):
+            leases = AdapterLeases(store=store, node_id=nodes.me.id, listeners=[], clock=clock)
             store.node = nodes.me.id
             # Work another node commits wakes this one's loops at once (the polls are the
             # backstop).
@@ -259,6 +266,7 @@ class Gateway:
             mcp=mcp,
             data_dir=data_dir,
             nodes=nodes,
+            leases=leases,
             address=address,
         )
 
@@ -310,7 +318,8 @@ class Gateway:
                 assistant_name=self.config.assistant.name,
                 image_bytes=self.config.limits.image_bytes,
                 file_bytes=self.config.limits.file_bytes,
-            )
+            ),
+            listen=self.leases is None,
         )
         summary = TrafficSummary(self.metrics.tally)
         background: list[asyncio.Task[Any]] = [
@@ -329,6 +338,9 @@ class Gateway:
         log.info("serve.ready", host=host, port=port, pid=os.getpid())
         if self.nodes is not None:
             await self.nodes.start(host=host, port=port)
+        if self.leases is not None:
+            self.leases.listeners = self.channels.leased
+            await self.leases.start()
         self.address.update(host=host, port=port, started_at=self.services.clock().isoformat())
         if self.data_dir is not None:
             # INTERFACES §1: the CLI finds this server (and its real port) here.
@@ -344,6 +356,8 @@ class Gateway:
             if self.data_dir is not None:
                 remove_serve_file(self.data_dir)
         log.info("serve.stopping")
+        if self.leases is not None:
+            await self.leases.stop()
         if self.nodes is not None:
             await self.nodes.stop()
         server.should_exit = True

@@ -55,7 +55,7 @@ from postroom.llm.base import ModelRequest, ModelResponse, Provider
 from postroom.llm.models import ModelInfo, ModelTable
 from postroom.llm.tokenizer import TokenCounter
 from postroom.store.database import open_database
-from postroom.store.protocol import Store
+from postroom.store.protocol import SharedStore, Store
 from postroom.store.records import NodeRecord
 from postroom.store.sqlite import SqliteStore
 from postroom.web.chat import WebChat
@@ -453,6 +453,9 @@ def build_http(
             adapter_platforms={c.name: tuple(c.platforms) for c in channels.channels},
             webhook_platforms=tuple(sorted(webhook_platforms(config))),
             server=lambda: dict(address),
+            nodes=nodes.list,
+            node_id=nodes.me.id,
+            node_rows=isinstance(services.store, SharedStore),
         ),
         sessions=sessions,
         assistant_name=config.assistant.name,

@@ -131,11 +131,26 @@ class BaseChannel:
     def __init__(self) -> None:
         self._status = ChannelStatus(self.name)
         self._context: ChannelContext | None = None
+        self._listening = False
 
     # -- lifecycle ---------------------------------------------------------------------------
+    @property
+    def single_connection(self) -> bool:
+        """Whether the adapter receives through one connection per account (long polling, a
+        gateway, a sync loop) that only one node of a deployment may hold (PIPELINE §9)."""
+        return False
+
+    @property
+    def listening(self) -> bool:
+        """Whether a single-connection adapter holds its connection on this node."""
+        return self._listening
+
     @final
-    async def start(self, context: ChannelContext) -> None:
+    async def start(self, context: ChannelContext, *, listen: bool = True) -> None:
+        """Start the adapter; with ``listen=False`` a single-connection adapter only sends
+        until :meth:`listen` (its node took the adapter's lease)."""
         self._context = context
+        self._listening = listen or not self.single_connection
         self._status.state = "connecting"
         try:
             await self.do_start()
@@ -151,6 +166,26 @@ class BaseChannel:
             await self.do_stop()
         finally:
             self._status.state = "stopped"
+
+    @final
+    async def listen(self) -> None:
+        """Open the receiving connection of a started single-connection adapter."""
+        if not self._listening:
+            await self.do_listen()
+            self._listening = True
+
+    @final
+    async def unlisten(self) -> None:
+        """Close the receiving connection; the adapter goes on sending."""
+        if self._listening:
+            self._listening = False
+            await self.do_unlisten()
+
+    async def do_listen(self) -> None:
+        """Open the receiving connection (single-connection adapters override it)."""
+
+    async def do_unlisten(self) -> None:
+        """Close the receiving connection (single-connection adapters override it)."""
 
     @property
     def context(self) -> ChannelContext:

@@ -8,7 +8,7 @@ import typer
 from rich.text import Text
 
 from postroom.cli.common import context, print_json, run, services_for, stdout
-from postroom.engine.nodes import node_to_dict
+from postroom.engine.nodes import adapters_by_node, node_to_dict
 
 __all__ = ["nodes"]
 
@@ -24,8 +24,10 @@ def nodes(
         async with services_for(cli) as services:
             async with services.store.read() as tx:
                 found = await tx.list_nodes()
+                leases = await tx.list_adapter_leases()
             now = services.clock()
-        return [node_to_dict(node, now=now) for node in found]
+        held = adapters_by_node(leases, now=now)
+        return [node_to_dict(node, now=now, adapters=held.get(node.id, [])) for node in found]
 
     rows = run(body)
     if as_json:
@@ -42,9 +44,11 @@ def nodes(
         return
     for row in rows:
         state = "alive" if row["alive"] else "silent"
+        adapters = f"  runs {', '.join(row['adapters'])}" if row["adapters"] else ""
         stdout.print(
             Text(
                 f"{row['name']}  {row['host']}:{row['port']}  pid {row['pid']}  {state}  "
                 f"heartbeat {row['heartbeat_at']}  started {row['started_at']}  id {row['id']}"
+                f"{adapters}"
             )
         )

@@ -37,6 +37,12 @@ class DashboardContext:
     webhook_platforms: tuple[str, ...] = ()
     #: This server, for the nodes page: host, port, pid, started_at.
     server: Callable[[], dict[str, Any]] = dict
+    #: Every node, as ``postroom nodes --json`` and ``GET /api/v1/nodes`` list them.
+    nodes: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None
+    #: The id of this process's node (the one serving the page).
+    node_id: str = ""
+    #: Whether the database keeps a heartbeated row per node (PostgreSQL); SQLite keeps none.
+    node_rows: bool = False
 
 
 class Dashboard:

@@ -13,9 +13,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from postroom import __version__
 from postroom.core.errors import PostroomError
 from postroom.core.messages import MessageType
 from postroom.dashboard.charts import bar_chart
+from postroom.dashboard.nodes_view import node_rows
 from postroom.dashboard.shell import Shell, error_status
 from postroom.engine.budgets import BudgetStatus
 from postroom.engine.health import channel_health
@@ -193,7 +195,16 @@ class InsightPages:
         )
 
     async def nodes(self, request: Request, session: Session) -> Response:
-        adapters = [s.get("name") for s in self._context.channel_status()]
+        context = self._context
+        running = [str(s.get("name")) for s in context.channel_status()]
+        now = self._services.clock()
+        rows = node_rows(
+            await context.nodes() if context.nodes is not None else [],
+            me=context.node_id,
+            now=now,
+            version=__version__,
+            running=running,
+        )
         return self._shell.render(
-            "nodes.html", request, session, node=self._context.server(), adapters=adapters
+            "nodes.html", request, session, nodes=rows, shared=context.node_rows, now=now
         )

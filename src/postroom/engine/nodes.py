@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -15,9 +16,9 @@ import structlog
 
 from postroom.engine.clock import Clock
 from postroom.store.protocol import Store
-from postroom.store.records import NodeRecord
+from postroom.store.records import AdapterLease, NodeRecord
 
-__all__ = ["HEARTBEAT_S", "NodeService", "node_to_dict"]
+__all__ = ["HEARTBEAT_S", "NodeService", "adapters_by_node", "node_to_dict"]
 
 log = structlog.get_logger(__name__)
 
@@ -34,6 +35,8 @@ class NodeService:
     me: NodeRecord
     clock: Clock
     heartbeat_s: float = HEARTBEAT_S
+    #: The single-connection adapters this process runs (shown for the one SQLite server).
+    local_adapters: Callable[[], list[str]] = list
 
     def __post_init__(self) -> None:
         self._task: asyncio.Task[None] | None = None
@@ -74,13 +77,29 @@ class NodeService:
         """Every node, with whether it heartbeated lately (on SQLite: this server)."""
         async with self.store.read() as tx:
             nodes = await tx.list_nodes()
-        if not nodes:
-            nodes = [self.me]
+            leases = await tx.list_adapter_leases()
         now = self.clock()
-        return [node_to_dict(node, now=now, me=self.me.id) for node in nodes]
+        if not nodes:
+            return [node_to_dict(self.me, now=now, me=self.me.id, adapters=self.local_adapters())]
+        held = adapters_by_node(leases, now=now)
+        return [
+            node_to_dict(node, now=now, me=self.me.id, adapters=held.get(node.id, []))
+            for node in nodes
+        ]
 
 
-def node_to_dict(node: NodeRecord, *, now: datetime, me: str | None = None) -> dict[str, Any]:
+def adapters_by_node(leases: Iterable[AdapterLease], *, now: datetime) -> dict[str, list[str]]:
+    """The adapters each node holds an unexpired lease on."""
+    held: dict[str, list[str]] = {}
+    for lease in leases:
+        if lease.lease_until > now:
+            held.setdefault(lease.node_id, []).append(lease.adapter)
+    return held
+
+
+def node_to_dict(
+    node: NodeRecord, *, now: datetime, me: str | None = None, adapters: Sequence[str] = ()
+) -> dict[str, Any]:
     """The node object of INTERFACES §4."""
     alive = node.id == me or (now - node.heartbeat_at).total_seconds() <= ALIVE_WITHIN_S
     return {
@@ -92,6 +111,5 @@ def node_to_dict(node: NodeRecord, *, now: datetime, me: str | None = None) -> d
         "started_at": node.started_at.isoformat(),
         "heartbeat_at": node.heartbeat_at.isoformat(),
         "alive": alive,
-        # Single-connection adapters run on every node for now (no adapter leases).
-        "adapters": [],
+        "adapters": sorted(adapters),
     }

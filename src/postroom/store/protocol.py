@@ -21,6 +21,7 @@ from postroom.core.folders import Folder
 from postroom.core.messages import StoredMessage
 from postroom.core.skills import Skill
 from postroom.store.records import (
+    AdapterLease,
     CompactionRecord,
     ConversationRecord,
     DeliveryRecord,
@@ -487,6 +488,19 @@ class StoreTx(Protocol):
     async def remove_node(self, node_id: str) -> None: ...
 
     async def list_nodes(self) -> list[NodeRecord]: ...
+
+    async def take_adapter_lease(
+        self, adapter: str, node_id: str, *, now: datetime, until: datetime
+    ) -> bool:
+        """Hold *adapter* for *node_id* until *until*: renew the node's own lease, or take one
+        nobody holds or whose holder let it run out; ``False`` while another node holds it."""
+        ...
+
+    async def release_adapter_lease(self, adapter: str, node_id: str) -> None:
+        """Give up *adapter* if *node_id* holds it (another node may take it at once)."""
+        ...
+
+    async def list_adapter_leases(self) -> list[AdapterLease]: ...
 
     async def shared_secret(self, name: str, *, new: str) -> str:
         """The secret stored under *name*, storing *new* first if there is none (every node

@@ -11,6 +11,7 @@ from typing import Any
 from postroom.core.messages import MessageType, Verb
 
 __all__ = [
+    "AdapterLease",
     "CompactionRecord",
     "ConversationRecord",
     "DeliveryRecord",
@@ -318,6 +319,15 @@ class NodeRecord:
     pid: int
     started_at: datetime
     heartbeat_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterLease:
+    """Which node runs a single-connection adapter, and until when without renewing."""
+
+    adapter: str
+    node_id: str
+    lease_until: datetime
 
 
 @dataclass(frozen=True, slots=True)

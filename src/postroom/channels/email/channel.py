@@ -110,9 +110,21 @@ class EmailChannel(BaseChannel):
         return self._config
 
     # -- lifecycle ---------------------------------------------------------------------------
+    @property
+    def single_connection(self) -> bool:
+        # One IMAP reader per mailbox: several would fetch and flag the same mail.
+        return True
+
     async def do_start(self) -> None:
+        if self.listening:
+            await self.do_listen()
+
+    async def do_listen(self) -> None:
         self._task = asyncio.create_task(self._run(), name="email-imap")
         self._task.add_done_callback(self._ended)
+
+    async def do_unlisten(self) -> None:
+        await self.do_stop()
 
     async def do_stop(self) -> None:
         task, self._task = self._task, None

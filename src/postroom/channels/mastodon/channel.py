@@ -142,14 +142,28 @@ class MastodonChannel(BaseChannel):
             await self._identify()
         except MastodonError as exc:  # the poll loop keeps trying
             self.failed(exc)
+        if self.listening:
+            await self.do_listen()
+
+    @property
+    def single_connection(self) -> bool:
+        # One poller per account: several would spend the account's rate limit many times.
+        return True
+
+    async def do_listen(self) -> None:
+        # A node taking over catches up as a start-up does (mentions younger than catch_up_s).
+        self._cursor = None
         self._task = asyncio.create_task(self._run(), name="mastodon-poll")
 
-    async def do_stop(self) -> None:
+    async def do_unlisten(self) -> None:
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+
+    async def do_stop(self) -> None:
+        await self.do_unlisten()
         if self._calls:  # a thread cannot be cancelled: let its request finish first
             await asyncio.wait(set(self._calls), timeout=REQUEST_TIMEOUT_S)
         for api in (self._poll_api, self._send_api):

@@ -136,12 +136,30 @@ class TelegramChannel(BaseChannel):
         except TelegramError as exc:
             # Unreachable for now: the poll loop (or the next webhook call) keeps trying.
             self.failed(exc)
-        if self._config.mode == "polling":
+        if self._config.mode == "polling" and self.listening:
             self._poller = asyncio.create_task(self._poll(), name="telegram-poll")
+
+    @property
+    def single_connection(self) -> bool:
+        # One getUpdates caller per bot: Telegram answers a second one with a conflict.
+        return self._config.mode == "polling"
+
+    async def do_listen(self) -> None:
+        self._stopping = asyncio.Event()
+        self._offset = None  # what the last poller did not confirm comes again (ingest dedupes)
+        self._poller = asyncio.create_task(self._poll(), name="telegram-poll")
+
+    async def do_unlisten(self) -> None:
+        self._stopping.set()
+        await self._stop_poller()
 
     async def do_stop(self) -> None:
         self._stopping.set()
         await self._typing.close()
+        await self._stop_poller()
+        await self._close_bot()
+
+    async def _stop_poller(self) -> None:
         poller, self._poller = self._poller, None
         if poller is not None:
             if not self._busy:
@@ -153,7 +171,6 @@ class TelegramChannel(BaseChannel):
             with contextlib.suppress(asyncio.CancelledError):
                 await poller
             await self._confirm_offset()
-        await self._close_bot()
 
     async def _close_bot(self) -> None:
         bot, self._bot = self._bot, None

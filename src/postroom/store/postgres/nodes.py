@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from postroom.store.records import NodeRecord
+from postroom.store.records import AdapterLease, NodeRecord
 from postroom.store.sqlite.base import Statements
 from postroom.store.sqlite.codec import from_iso, to_iso
 
@@ -42,6 +42,32 @@ class NodeStatements(Statements):
     async def list_nodes(self) -> list[NodeRecord]:
         rows = await self._all(f"SELECT {_COLUMNS} FROM nodes ORDER BY name, id")
         return [_node(row) for row in rows]
+
+    async def take_adapter_lease(
+        self, adapter: str, node_id: str, *, now: datetime, until: datetime
+    ) -> bool:
+        # One statement decides: a node renews its own row, takes a missing or run-out one,
+        # and leaves alone a row another node holds (the row lock orders racing takers).
+        row = await self._one(
+            "INSERT INTO adapter_leases (adapter, node_id, lease_until) VALUES (?, ?, ?) "
+            "ON CONFLICT (adapter) DO UPDATE SET node_id = excluded.node_id, "
+            "lease_until = excluded.lease_until "
+            "WHERE adapter_leases.node_id = excluded.node_id OR adapter_leases.lease_until < ? "
+            "RETURNING node_id",
+            (adapter, node_id, to_iso(until), to_iso(now)),
+        )
+        return row is not None
+
+    async def release_adapter_lease(self, adapter: str, node_id: str) -> None:
+        await self._run(
+            "DELETE FROM adapter_leases WHERE adapter = ? AND node_id = ?", (adapter, node_id)
+        )
+
+    async def list_adapter_leases(self) -> list[AdapterLease]:
+        rows = await self._all(
+            "SELECT adapter, node_id, lease_until FROM adapter_leases ORDER BY adapter"
+        )
+        return [AdapterLease(row[0], row[1], from_iso(row[2])) for row in rows]
 
 
 def _node(row: Any) -> NodeRecord:

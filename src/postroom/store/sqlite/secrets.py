@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from postroom.store.records import NodeRecord
+from postroom.store.records import AdapterLease, NodeRecord
 from postroom.store.sqlite.base import Statements
 
 __all__ = ["SingleServerStatements"]
@@ -35,4 +35,16 @@ class SingleServerStatements(Statements):
         return None
 
     async def list_nodes(self) -> list[NodeRecord]:
+        return []
+
+    # The one server runs every adapter itself: nothing to share, so every lease is its own.
+    async def take_adapter_lease(
+        self, adapter: str, node_id: str, *, now: datetime, until: datetime
+    ) -> bool:
+        return True
+
+    async def release_adapter_lease(self, adapter: str, node_id: str) -> None:
+        return None
+
+    async def list_adapter_leases(self) -> list[AdapterLease]:
         return []
