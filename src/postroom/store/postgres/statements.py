@@ -30,7 +30,7 @@ from postroom.store.records import (
     UsageRow,
 )
 from postroom.store.sqlite.access import AccessStatements
-from postroom.store.sqlite.base import estimate_tokens
+from postroom.store.sqlite.base import token_bound
 from postroom.store.sqlite.blobs import BlobStatements
 from postroom.store.sqlite.catalog import CatalogStatements
 from postroom.store.sqlite.chats import ChatStatements
@@ -75,7 +75,7 @@ class PgTx(
     def __init__(
         self,
         conn: PgConnection,
-        count_tokens: Callable[[str], int] = estimate_tokens,
+        count_tokens: Callable[[str], int] = token_bound,
         *,
         node: str = "",
     ) -> None:
