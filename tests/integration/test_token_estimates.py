@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -294,6 +295,7 @@ class CountingTokens(TokenCounter):
         return super().count(text)
 
 
+@pytest.mark.usefixtures("db_engine")
 async def test_nothing_is_counted_while_the_bound_is_under_the_threshold(
     tmp_path: Path,
 ) -> None:

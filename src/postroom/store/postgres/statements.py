@@ -123,6 +123,9 @@ class PgTx(
                 None if message.decision is None else dump_json(dict(message.decision)),
             ),
         )
+        if message.conversation_id is not None:
+            tokens = self._context_tokens(message.message_type, message.metadata, message.content)
+            await self._add_tokens(message.conversation_id, tokens)
         self.notify.add("postroom_messages")
         return int(seq)
 
