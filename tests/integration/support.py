@@ -24,7 +24,6 @@ from postroom.config import Config
 from postroom.core import InboundMessage, Trigger, Verb
 from postroom.core.folders import FolderDefaults
 from postroom.engine import FolderSpec, IngestLimits, Services
-from postroom.llm.tokenizer import TokenCounter
 from postroom.store import SqliteStore, Store, open_database
 from postroom.store.records import RunRecord
 
@@ -98,12 +97,11 @@ async def open_services(
     name: str = "postroom.db",
 ) -> Services:
     url = os.environ.get("POSTROOM_TEST_DATABASE_URL")
-    # The tokenizer postroom serve estimates rows with, as compaction counts with it too.
-    count = TokenCounter().count
+    # As postroom serve opens it: rows bounded by their bytes, counted only near compaction.
     store: Store = (
-        await open_database(url, tmp_path / name, count_tokens=count)
+        await open_database(url, tmp_path / name)
         if url and trace is None
-        else await SqliteStore.open(tmp_path / name, trace=trace, count_tokens=count)
+        else await SqliteStore.open(tmp_path / name, trace=trace)
     )
     return Services.build(
         store,

@@ -92,17 +92,16 @@ async def open_store(data_dir: Path, database_url: str | None = None) -> Store:
     """The PostgreSQL database *database_url* names (PIPELINE §9), else the data directory's
     SQLite file; a directory ``postroom init`` never made is refused."""
     if database_url:
-        return await open_database(
-            database_url, data_dir / DATABASE_FILE, count_tokens=TokenCounter().count
-        )
+        return await open_database(database_url, data_dir / DATABASE_FILE)
     database = data_dir / DATABASE_FILE
     if not database.exists():
         raise PostroomError(
             f"No postroom data directory at {data_dir} (no {DATABASE_FILE}); run "
             "`postroom init` first, or pass --data DIR."
         )
-    # Rows are estimated with the tokenizer compaction counts with (PIPELINE §6).
-    return await SqliteStore.open(database, count_tokens=TokenCounter().count)
+    # Rows are bounded by their UTF-8 bytes as they are stored (PIPELINE §6): no tokenizer
+    # loads until a conversation's bound passes its compaction threshold.
+    return await SqliteStore.open(database)
 
 
 def queue_settings(config: Config) -> QueueSettings:

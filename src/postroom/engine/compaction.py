@@ -4,10 +4,12 @@ facts from the older rows as ``[MEMORY:*]`` lines, which are saved; (2) a summar
 last ``keep_last`` rows, stored in ``compactions`` and injected into later system prompts. The
 summarized rows are marked compacted, never deleted: the history stays faithful.
 
-The decision reads the conversation's running ``token_estimate`` (each row is estimated once, as
-it joins the conversation), so a turn's cost does not grow with its history. Only past the
-threshold — or when the total is unknown — are the rows read and counted, and the total is
-corrected to what they hold, so a drifted estimate can delay or advance nothing for long.
+The decision reads the conversation's running ``token_estimate``: an upper bound of the count
+(each row adds its UTF-8 bytes once, as it joins the conversation; see ``token_bound``), so a
+turn's cost does not grow with its history and no tokenizer loads for a conversation far from
+its threshold. Only when the bound passes the threshold — or the total is unknown — are the rows
+read and counted exactly, and the total is set to that count; rows stored after it add their
+bounds again. The decision is therefore the exact count's, at exactly the same turn.
 """
 
 from __future__ import annotations

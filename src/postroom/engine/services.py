@@ -34,7 +34,6 @@ from postroom.engine.tasks import DEFAULT_TICK_S, TaskService
 from postroom.engine.tokens import TokenService
 from postroom.engine.turn_limit import TurnLimiter
 from postroom.engine.turns import QueueSettings, TurnService
-from postroom.llm.tokenizer import TokenCounter
 from postroom.store.database import open_database
 from postroom.store.protocol import Store
 
@@ -167,7 +166,7 @@ class Services:
         access: AccessPolicy | None = None,
         model_overrides: ModelOverrides | None = None,
     ) -> Services:
-        store = await open_database(database_url, database, count_tokens=TokenCounter().count)
+        store = await open_database(database_url, database)
         return cls.build(
             store,
             folders_dir=folders_dir,

@@ -9,16 +9,16 @@ from pathlib import Path
 from postroom.core.errors import PostroomError
 from postroom.store.protocol import Store
 from postroom.store.sqlite import SqliteStore
-from postroom.store.sqlite.base import estimate_tokens
+from postroom.store.sqlite.base import token_bound
 
 __all__ = ["open_database"]
 
 
 async def open_database(
-    url: str | None, sqlite_path: Path, *, count_tokens: Callable[[str], int] = estimate_tokens
+    url: str | None, sqlite_path: Path, *, count_tokens: Callable[[str], int] = token_bound
 ) -> Store:
     """The PostgreSQL store at *url* when one is given, else the SQLite file *sqlite_path*;
-    *count_tokens* estimates a row's tokens as it joins a conversation."""
+    *count_tokens* bounds a row's tokens from above as it joins a conversation."""
     if not url:
         return await SqliteStore.open(sqlite_path, count_tokens=count_tokens)
     if not url.startswith(("postgresql://", "postgres://")):

@@ -166,9 +166,10 @@ class StoreTx(Protocol):
     async def insert_message(self, message: NewMessage) -> int:
         """Store a message and return its ``seq``.
 
-        A row of a conversation that may enter a context has its tokens estimated here, once,
-        and added to the conversation's ``token_estimate`` (the compaction decision reads that
-        total, never the rows). Observed rows are estimated when they join a conversation.
+        A row of a conversation that may enter a context has an upper bound of its tokens (its
+        UTF-8 bytes) added here, once, to the conversation's ``token_estimate`` (the compaction
+        decision reads that total, never the rows, while it is under the threshold). Observed
+        rows are added when they join a conversation.
         """
         ...
 
@@ -241,7 +242,7 @@ class StoreTx(Protocol):
         self, message_id: str, chat_jid: str, *, content: str, metadata: Mapping[str, Any]
     ) -> None:
         """Replace a message's content and metadata (enrichment: a voice note's transcript),
-        keeping its conversation's ``token_estimate`` true."""
+        keeping its conversation's ``token_estimate`` at or above the count."""
         ...
 
     # -- conversations and the turn queue ------------------------------------------------------

@@ -146,7 +146,8 @@ class ConversationRecord:
     #: ``None`` for a shared conversation (every chat routed to the folder).
     chat_jid: str | None
     generation: int
-    #: The tokens of its rows that may enter a context and are not compacted, kept as rows
+    #: At least the tokens of its rows that may enter a context and are not compacted (their
+    #: exact count when compaction last counted, plus the bounds of rows since), kept as rows
     #: come and go (PIPELINE §6); -1 while unknown (a conversation older than the estimate).
     token_estimate: int = 0
 

@@ -30,7 +30,7 @@ from postroom.store.records import (
     UsageRow,
 )
 from postroom.store.sqlite.access import AccessStatements
-from postroom.store.sqlite.base import estimate_tokens
+from postroom.store.sqlite.base import token_bound
 from postroom.store.sqlite.blobs import BlobStatements
 from postroom.store.sqlite.catalog import CatalogStatements
 from postroom.store.sqlite.chats import ChatStatements
@@ -75,7 +75,7 @@ class PgTx(
     def __init__(
         self,
         conn: PgConnection,
-        count_tokens: Callable[[str], int] = estimate_tokens,
+        count_tokens: Callable[[str], int] = token_bound,
         *,
         node: str = "",
     ) -> None:
@@ -123,6 +123,9 @@ class PgTx(
                 None if message.decision is None else dump_json(dict(message.decision)),
             ),
         )
+        if message.conversation_id is not None:
+            tokens = self._context_tokens(message.message_type, message.metadata, message.content)
+            await self._add_tokens(message.conversation_id, tokens)
         self.notify.add("postroom_messages")
         return int(seq)
 

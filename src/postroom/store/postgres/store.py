@@ -20,7 +20,7 @@ from postroom.core.errors import PostroomError
 from postroom.store.postgres.connection import PgConnection
 from postroom.store.postgres.migrate import apply_pg_migrations
 from postroom.store.postgres.statements import CHANNELS, PgTx
-from postroom.store.sqlite.base import estimate_tokens
+from postroom.store.sqlite.base import token_bound
 
 __all__ = ["PostgresStore", "is_postgres_url"]
 
@@ -52,7 +52,7 @@ class PostgresStore:
         url: str,
         pool: asyncpg.Pool,
         own_backends: set[int],
-        count_tokens: Callable[[str], int] = estimate_tokens,
+        count_tokens: Callable[[str], int] = token_bound,
     ) -> None:
         self.url = url
         self._count_tokens = count_tokens
@@ -79,10 +79,10 @@ class PostgresStore:
         *,
         min_size: int = 2,
         max_size: int = 16,
-        count_tokens: Callable[[str], int] = estimate_tokens,
+        count_tokens: Callable[[str], int] = token_bound,
     ) -> PostgresStore:
         """Connect to the database at *url* and bring its schema up to date; *count_tokens*
-        estimates a row's tokens as it joins a conversation."""
+        bounds a row's tokens from above as it joins a conversation."""
         try:
             first = await asyncpg.connect(url)
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:

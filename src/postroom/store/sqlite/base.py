@@ -32,9 +32,9 @@ __all__ = [
     "Statements",
     "ThreadedConnection",
     "base64_bytes",
-    "estimate_tokens",
     "sha256",
     "sha256_hex",
+    "token_bound",
 ]
 
 BUSY_TIMEOUT_MS = 10_000
@@ -181,19 +181,20 @@ class InlineConnection:
         self._conn.close()
 
 
-def estimate_tokens(text: str) -> int:
-    """Four characters a token: the estimate of a store given no tokenizer (PIPELINE §6)."""
-    return (len(text) + 3) // 4
+def token_bound(text: str) -> int:
+    """At least as many tokens as any byte-level tokenizer finds in *text*: its UTF-8 bytes
+    (a token is one byte or more). The compactor's own count — tiktoken's, or four characters a
+    token without it — never exceeds it, so a total of these bounds at or under the threshold
+    proves the exact count is too, without loading a tokenizer (PIPELINE §6)."""
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 class Statements:
     """Raw SQL on one connection, inside the transaction the store opened."""
 
-    def __init__(
-        self, conn: Connection, count_tokens: Callable[[str], int] = estimate_tokens
-    ) -> None:
+    def __init__(self, conn: Connection, count_tokens: Callable[[str], int] = token_bound) -> None:
         self._conn = conn
-        #: Estimates a row's tokens when it joins a conversation (once per row).
+        #: Bounds a row's tokens from above when it joins a conversation (once per row).
         self._count_tokens = count_tokens
 
     async def _all(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 from postroom.core.decision import ReplyTarget
@@ -23,6 +24,9 @@ MESSAGE_COLUMNS = (
 #: The message columns qualified by the ``m`` alias, and how many there are.
 _M_COLUMNS = ", ".join(f"m.{c.strip()}" for c in MESSAGE_COLUMNS.split(","))
 _WIDTH = len(MESSAGE_COLUMNS.split(","))
+#: Decoded context rows kept (about ten conversations' worth at ``context.max_messages`` 200):
+#: bounded, so memory stays flat however many conversations go idle.
+_DECODED_ROWS = 4096
 
 
 class MessageStatements(Statements):
@@ -180,7 +184,10 @@ class MessageStatements(Statements):
             "ORDER BY m.seq DESC LIMIT ?) AS recent ORDER BY seq",
             (conversation_id, limit),
         )
-        return [TurnRow(message_from_row(row), row[_WIDTH], row[_WIDTH + 1]) for row in rows]
+        # Every turn reads the same rows again: each is decoded once while it stays unchanged.
+        return [
+            TurnRow(_decoded(tuple(row)[:_WIDTH]), row[_WIDTH], row[_WIDTH + 1]) for row in rows
+        ]
 
     async def attach_observed(
         self,
@@ -233,15 +240,16 @@ class MessageStatements(Statements):
         self, message_id: str, chat_jid: str, *, content: str, metadata: Mapping[str, Any]
     ) -> None:
         before = await self._one(
-            "SELECT message_type, metadata, content, conversation_id, compacted, observed "
-            "FROM messages WHERE id = ? AND chat_jid = ?",
+            "SELECT message_type, conversation_id, compacted FROM messages "
+            "WHERE id = ? AND chat_jid = ?",
             (message_id, chat_jid),
         )
-        if before is not None and before[3] is not None and not before[4]:
-            kind = MessageType(before[0])
-            was = self._context_tokens(kind, load_object(before[1]), before[2] or "")
-            now = self._context_tokens(kind, metadata, content)
-            await self._add_tokens(before[3], now - was)
+        if before is not None and before[1] is not None and not before[2]:
+            # The new text's bound is added and the old one's not taken away: the total may
+            # hold this row's exact count by now (the compactor corrects it), and taking its
+            # bound away could leave the total under the count. The next count drops the excess.
+            now = self._context_tokens(MessageType(before[0]), metadata, content)
+            await self._add_tokens(before[1], now)
         await self._run(
             "UPDATE messages SET content = ?, metadata = ? WHERE id = ? AND chat_jid = ?",
             (content, dump_json(dict(metadata)), message_id, chat_jid),
@@ -308,3 +316,11 @@ def message_from_row(row: Any) -> StoredMessage:
         run_id=row[17],
         compacted=bool(row[18]),
     )
+
+
+@lru_cache(maxsize=_DECODED_ROWS)
+def _decoded(columns: tuple[Any, ...]) -> StoredMessage:
+    """A stored row as a message, remembered by all its columns: a row that changed in any
+    column (an edit, compaction's mark) is a different key, so what comes back is always what
+    decoding the row gives (a JSON decode and a timestamp parse saved per row and turn)."""
+    return message_from_row(columns)

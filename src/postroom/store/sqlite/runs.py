@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 from postroom.store.records import RunRecord, RunSummary, TaskRecord
@@ -16,6 +17,8 @@ _RUN_COLUMNS = (
     "id, job_id, folder, conversation_id, provider, model, account, parts, output_raw, output, "
     "usage, cost, duration_ms, outcome, error, started_at, finished_at, purpose, skills"
 )
+#: Rendered messages whose body and hash are remembered (bounded: flat in idle conversations).
+_REMEMBERED_PARTS = 4096
 #: Hashes looked up in one statement (SQLite allows 32,766 parameters; stay well below).
 _LOOKUP_BATCH = 500
 TASK_COLUMNS = (
@@ -29,7 +32,11 @@ class RunStatements(Statements):
     async def insert_run(self, run: RunRecord) -> int:
         """Store a run; its system prompt, messages and tools as shared parts (see
         ``0004_run_parts.sql``), so a conversation's history is stored once, not at every turn."""
-        bodies = [run.system, *(dump_json(m) for m in run.messages), dump_json(run.tools)]
+        bodies = [
+            _addressed(run.system),
+            *(_message_part(m) for m in run.messages),
+            _addressed(dump_json(run.tools)),
+        ]
         ids = await self._part_ids(bodies)
         parts = {"system": ids[0], "messages": ids[1:-1], "tools": ids[-1]}
         row = await self._one(
@@ -132,19 +139,18 @@ class RunStatements(Statements):
             out.setdefault(job_id, []).append(run_id)
         return out
 
-    async def _part_ids(self, bodies: list[str]) -> list[int]:
-        """The id of each body in ``run_parts``, storing the ones not seen before."""
-        hashes = [sha256(body) for body in bodies]
+    async def _part_ids(self, parts: list[tuple[str, bytes]]) -> list[int]:
+        """The id of each body in ``run_parts`` (given with its hash), storing the ones not
+        seen before."""
         known: dict[bytes, int] = {}
-        distinct = list(dict.fromkeys(h for h in hashes if h is not None))
+        distinct = list(dict.fromkeys(digest for _, digest in parts))
         for batch, marks in _batches(distinct):
             for part_id, digest in await self._all(
                 f"SELECT id, sha256 FROM run_parts WHERE sha256 IN ({marks})", batch
             ):
                 known[bytes(digest)] = int(part_id)
         ids: list[int] = []
-        for body, digest in zip(bodies, hashes, strict=True):
-            assert digest is not None
+        for body, digest in parts:
             if digest not in known:
                 # ON CONFLICT: on a database shared by several processes another may store
                 # the same part meanwhile; this waits for it and takes its row.
@@ -227,6 +233,27 @@ class RunStatements(Statements):
             (task_id,),
         )
         return row is not None
+
+
+def _addressed(body: str) -> tuple[str, bytes]:
+    """*body* with the SHA-256 that addresses it in ``run_parts``."""
+    digest = sha256(body)
+    assert digest is not None
+    return body, digest
+
+
+def _message_part(message: Mapping[str, Any]) -> tuple[str, bytes]:
+    """A rendered message's stored body and hash. A conversation's messages come back turn
+    after turn unchanged, so a message of plain text fields (role, content, ...) is dumped and
+    hashed once while it stays in memory; one with lists or numbers is dumped every time."""
+    if all(type(value) is str for value in message.values()):
+        return _text_part(tuple(message.items()))
+    return _addressed(dump_json(message))
+
+
+@lru_cache(maxsize=_REMEMBERED_PARTS)
+def _text_part(fields: tuple[tuple[str, str], ...]) -> tuple[str, bytes]:
+    return _addressed(dump_json(dict(fields)))
 
 
 def _batches(values: Sequence[Any]) -> Iterator[tuple[Sequence[Any], str]]:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from postroom.store.protocol import StoreTx
 from postroom.store.sqlite.access import AccessStatements
-from postroom.store.sqlite.base import InlineConnection, ThreadedConnection, estimate_tokens
+from postroom.store.sqlite.base import InlineConnection, ThreadedConnection, token_bound
 from postroom.store.sqlite.blobs import BlobStatements
 from postroom.store.sqlite.catalog import CatalogStatements
 from postroom.store.sqlite.chats import ChatStatements
@@ -71,7 +71,7 @@ class SqliteStore:
         maintenance: ThreadedConnection,
         wal: WalLimits | None = None,
         page_size: int = 4096,
-        count_tokens: Callable[[str], int] = estimate_tokens,
+        count_tokens: Callable[[str], int] = token_bound,
     ) -> None:
         self.path = path
         self._count_tokens = count_tokens
@@ -100,14 +100,15 @@ class SqliteStore:
         *,
         trace: Callable[[str], None] | None = None,
         wal: WalLimits | None = None,
-        count_tokens: Callable[[str], int] = estimate_tokens,
+        count_tokens: Callable[[str], int] = token_bound,
     ) -> SqliteStore:
         """Open (creating if needed) the database at *path* and bring its schema up to date.
 
         *trace*, if given, receives every SQL statement the write connection runs (after
         migrations): a debugging aid, and how tests count transactions. *wal* sets when the
-        write-ahead log is checkpointed and truncated (see ``wal``). *count_tokens* estimates
-        the tokens of a row as it joins a conversation (the compaction decision's total).
+        write-ahead log is checkpointed and truncated (see ``wal``). *count_tokens* bounds
+        the tokens of a row from above as it joins a conversation (the compaction decision's
+        total); it must never be below the count the compactor makes.
         """
         path = Path(path)
         limits = wal or WalLimits()
