@@ -33,7 +33,8 @@ CHATS = [f"api:nodes/{i:03d}" for i in range(45)]
 TOTAL = 450
 KILLED = 1  # the node killed and restarted
 POSTERS = 6
-QUIET_TIMEOUT_S = 90.0
+# Generous: a loaded machine may take minutes; a quiet one is done in seconds.
+QUIET_TIMEOUT_S = 240.0
 
 
 class Cluster:
@@ -79,7 +80,7 @@ class Cluster:
             await client.aclose()
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)
 async def test_three_nodes_lose_nothing_and_answer_once_through_two_kills(
     start_server: StartServer, sink: Sink, data_dir: Path, pg_url: str
 ) -> None:

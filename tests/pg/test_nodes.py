@@ -4,9 +4,11 @@ built by ``Gateway.build`` over a data directory of its own and the shared datab
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
@@ -17,7 +19,7 @@ from postroom.core import Action, InboundMessage
 from postroom.engine import FolderSpec
 from postroom.store import NewMessage
 from postroom.store.postgres import PostgresStore
-from postroom.store.records import JobKind, NewDelivery, NewJob
+from postroom.store.records import JobKind, JobRecord, JobStatus, NewDelivery, NewJob
 
 from fakeclock import FakeClock
 
@@ -154,6 +156,118 @@ async def test_claims_on_two_nodes_take_different_turns(pg_url: str, clock: Fake
                 )
         assert first is not None and second is not None
         assert {first.chat_jid, second.chat_jid} == {"c:1", "c:2"}
+
+
+async def test_a_claim_that_rolls_back_leaves_the_conversation_s_later_turn_unclaimed(
+    pg_url: str, clock: FakeClock
+) -> None:
+    """A claim skips a turn another node is claiming; it must not take that conversation's
+    later turn instead: should the other claim roll back (a deadlock, a killed node), the
+    later turn would run first, and the earlier one would find its messages already answered."""
+    async with await PostgresStore.open(pg_url) as one, await PostgresStore.open(pg_url) as two:
+        async with one.write() as tx:
+            conversation = await tx.current_conversation("main", "", "c:1", now=clock())
+            earlier, _ = [await tx.insert_job(_turn(conversation, clock)) for _ in "ab"]
+        lease = clock() + timedelta(seconds=30)
+        first, taken = await _claim_beside_a_claim_that_rolls_back(one, two, pg_url, lease, clock)
+        assert first == earlier
+        assert taken is None, f"turn {taken} was claimed while turn {earlier} was queued"
+        async with two.write() as tx:
+            again = await tx.claim_job(
+                now=clock(), lease_until=lease, owner="two", boot_id="b2", token="t3"
+            )
+        assert again is not None and again.id == earlier
+
+
+async def _claim_beside_a_claim_that_rolls_back(
+    one: PostgresStore, two: PostgresStore, pg_url: str, lease: datetime, clock: FakeClock
+) -> tuple[int | None, int | None]:
+    """What *one* claimed in a transaction that then rolled back, and what *two* claimed
+    meanwhile (once its claim returned or waited for *one*'s)."""
+    first: JobRecord | None = None
+    with contextlib.suppress(_RolledBack):
+        async with one.write() as tx:
+            first = await tx.claim_job(
+                now=clock(), lease_until=lease, owner="one", boot_id="b1", token="t1"
+            )
+            second = asyncio.create_task(_claim_once(two, lease, clock))
+            await _until_done_or_waiting(second, pg_url)
+            raise _RolledBack
+    return (None if first is None else first.id), await second
+
+
+class _RolledBack(Exception):
+    """Ends a transaction the way a failed or killed claim ends."""
+
+
+def _turn(conversation: int, clock: FakeClock) -> NewJob:
+    return NewJob(
+        conversation_id=conversation,
+        folder="main",
+        chat_jid="c:1",
+        topic="",
+        kind=JobKind.TURN,
+        priority=5,
+        max_attempts=3,
+        run_at=clock(),
+        created_at=clock(),
+    )
+
+
+async def _claim_once(store: PostgresStore, lease: datetime, clock: FakeClock) -> int | None:
+    async with store.write() as tx:
+        job = await tx.claim_job(
+            now=clock(), lease_until=lease, owner="two", boot_id="b2", token="t2"
+        )
+    return None if job is None else job.id
+
+
+async def _until_done_or_waiting(
+    task: asyncio.Task[Any], pg_url: str, statement: str = "UPDATE jobs SET status"
+) -> None:
+    """Until *task* returned, or one of its statements (that start with *statement*) waits for
+    a lock another transaction holds."""
+    conn = await asyncpg.connect(pg_url)
+    try:
+        deadline = asyncio.get_running_loop().time() + 30
+        while not task.done():
+            waiting = await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND starts_with(query, $1)",
+                statement,
+            )
+            if waiting:
+                return
+            assert asyncio.get_running_loop().time() < deadline, "the claim neither ran nor waited"
+            await asyncio.sleep(0.01)
+    finally:
+        await conn.close()
+
+
+async def test_a_message_never_joins_a_turn_another_node_is_starting(
+    nodes: Nodes, pg_url: str, clock: FakeClock
+) -> None:
+    """Arriving while a node claims the conversation's queued turn, a message waits for that
+    claim and then queues a turn of its own: joined to the turn already started, it would
+    never be answered."""
+    a, b = await nodes(2)
+    await a.services.routes.add_route(10, "chat_jid=telegram:group/3", "main", actor="test")
+    await a.services.ingest.ingest(inbound("telegram:group/3", "first", id="m1"))
+    lease = clock() + timedelta(seconds=30)
+    async with a.services.store.write() as tx:
+        started = await tx.claim_job(
+            now=clock(), lease_until=lease, owner="a", boot_id="b1", token="t1"
+        )
+        assert started is not None
+        arriving = asyncio.create_task(
+            b.services.ingest.ingest(inbound("telegram:group/3", "second", id="m2"))
+        )
+        await _until_done_or_waiting(arriving, pg_url, "")
+    await arriving
+    async with b.services.store.read() as tx:
+        job = await tx.job_for_message("m2", "telegram:group/3")
+    assert job is not None and job.id != started.id, f"m2 joined turn {started.id} as it started"
+    assert job.status is JobStatus.QUEUED
 
 
 async def test_a_chat_has_one_delivery_in_flight_across_nodes(

@@ -110,7 +110,7 @@ async def enqueue_turn(
     conversation_id = await tx.current_conversation(
         folder, topic, conversation_chat(settings, chat_jid), now=now
     )
-    jobs = await tx.open_jobs(conversation_id)
+    jobs = await tx.open_jobs(conversation_id, lock=True)
     queued = [job for job in jobs if job.status is JobStatus.QUEUED]
     running = [job for job in jobs if job.status is JobStatus.RUNNING]
     if queued:

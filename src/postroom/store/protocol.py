@@ -254,8 +254,9 @@ class StoreTx(Protocol):
 
     async def get_conversation(self, conversation_id: int) -> ConversationRecord | None: ...
 
-    async def open_jobs(self, conversation_id: int) -> list[JobRecord]:
-        """The conversation's queued and running turns."""
+    async def open_jobs(self, conversation_id: int, *, lock: bool = False) -> list[JobRecord]:
+        """The conversation's queued and running turns; with *lock*, as they are now and held
+        until the transaction ends, so no other process claims a queued one meanwhile."""
         ...
 
     async def insert_job(self, job: NewJob) -> int: ...

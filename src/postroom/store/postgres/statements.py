@@ -153,6 +153,23 @@ class PgTx(
         self.notify.add("postroom_turns")
         return await super().insert_job(job)
 
+    async def open_jobs(self, conversation_id: int, *, lock: bool = False) -> list[JobRecord]:
+        if not lock:
+            return await super().open_jobs(conversation_id)
+        # The queued turns first, locked: the lock waits for a claim of one in progress, and
+        # a turn that claim started is no longer queued, so no message joins it. The running
+        # turns are read after, unlocked — their node's finish takes the seq lock first.
+        queued = await self._all(
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE conversation_id = ? AND status = 'queued' "
+            "ORDER BY id FOR NO KEY UPDATE",
+            (conversation_id,),
+        )
+        running = await self._all(
+            f"SELECT {JOB_COLUMNS} FROM jobs WHERE conversation_id = ? AND status = 'running'",
+            (conversation_id,),
+        )
+        return sorted((job_from_row(row) for row in [*queued, *running]), key=lambda j: j.id)
+
     async def claim_job(
         self, *, now: datetime, lease_until: datetime, owner: str, boot_id: str, token: str
     ) -> JobRecord | None:
@@ -166,9 +183,25 @@ class PgTx(
                     "  SELECT q.id FROM jobs q WHERE q.status = 'queued' AND q.run_at <= ? "
                     "  AND NOT EXISTS (SELECT 1 FROM jobs r "
                     "    WHERE r.conversation_id = q.conversation_id AND r.status = 'running') "
+                    # Only a conversation's first due turn (PIPELINE §2: first come first
+                    # served): a turn another node is claiming is skipped (locked), and its
+                    # conversation with it. Were a later turn taken instead, a rollback of that
+                    # claim (a deadlock, a killed node) would let the later turn run first, and
+                    # the earlier one would then find its messages already answered.
+                    "  AND NOT EXISTS (SELECT 1 FROM jobs e "
+                    "    WHERE e.conversation_id = q.conversation_id AND e.status = 'queued' "
+                    "    AND e.run_at <= ? AND (e.priority, e.id) < (q.priority, q.id)) "
                     "  ORDER BY q.priority, q.id LIMIT 1 FOR UPDATE SKIP LOCKED"
                     f") RETURNING {JOB_COLUMNS}",
-                    (to_iso(lease_until), owner, token, boot_id, to_iso(now), to_iso(now)),
+                    (
+                        to_iso(lease_until),
+                        owner,
+                        token,
+                        boot_id,
+                        to_iso(now),
+                        to_iso(now),
+                        to_iso(now),
+                    ),
                 )
         except asyncpg.exceptions.UniqueViolationError:
             # Another node started a turn of this conversation a moment ago (the partial

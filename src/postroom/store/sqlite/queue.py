@@ -27,7 +27,8 @@ JOB_COLUMNS = (
 
 
 class QueueStatements(Statements):
-    async def open_jobs(self, conversation_id: int) -> list[JobRecord]:
+    async def open_jobs(self, conversation_id: int, *, lock: bool = False) -> list[JobRecord]:
+        # A write transaction holds the database's one write lock: nothing can claim meanwhile.
         rows = await self._all(
             f"SELECT {JOB_COLUMNS} FROM jobs WHERE conversation_id = ? "
             "AND status IN ('queued', 'running') ORDER BY id",
