@@ -136,3 +136,10 @@ def configure_logging(
     root.handlers[:] = [handler]
     # uvicorn's own chatter (one line per connection problem) only at warning and above.
     root.setLevel(max(numeric, logging.WARNING))
+    # Every uvicorn line goes through the handler above (redacted), even where uvicorn's own
+    # logging configuration gave its loggers handlers of their own and cut them off from it.
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        server_log = logging.getLogger(name)
+        server_log.handlers.clear()
+        server_log.propagate = True
+        server_log.setLevel(logging.NOTSET)

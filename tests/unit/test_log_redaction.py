@@ -58,6 +58,10 @@ def test_ordinary_values_are_left_alone() -> None:
 
 def test_every_line_is_redacted(captured: io.StringIO) -> None:
     log = structlog.get_logger("test")
+    # As uvicorn configures its loggers when started without log_config=None.
+    logging.getLogger("uvicorn").propagate = False
+    logging.getLogger("uvicorn").addHandler(logging.StreamHandler(io.StringIO()))
+    configure_logging(level="debug", stream=captured, secrets=[TOKEN, "short"])
     log.info("request", path=f"/ws/chat/main?token={TOKEN}", token=TOKEN, n=1)
     log.info("scope", scope={"query_string": f"token={TOKEN}".encode()})
     logging.getLogger("uvicorn.error").warning("headers %s", [(b"authorization", TOKEN.encode())])
