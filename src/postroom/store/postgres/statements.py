@@ -34,9 +34,9 @@ from postroom.store.sqlite.base import token_bound
 from postroom.store.sqlite.blobs import BlobStatements
 from postroom.store.sqlite.catalog import CatalogStatements
 from postroom.store.sqlite.chats import ChatStatements
-from postroom.store.sqlite.codec import dump_json, to_iso
+from postroom.store.sqlite.codec import to_iso
 from postroom.store.sqlite.memory import MemoryStatements, fact_from_row, fts_words
-from postroom.store.sqlite.messages import MessageStatements
+from postroom.store.sqlite.messages import INSERT_MESSAGE, MessageStatements, message_values
 from postroom.store.sqlite.outbox import DELIVERY_COLUMNS, OutboxStatements, delivery_from_row
 from postroom.store.sqlite.queue import JOB_COLUMNS, QueueStatements, job_from_row
 from postroom.store.sqlite.runs import TASK_COLUMNS, RunStatements, task_from_row
@@ -96,36 +96,8 @@ class PgTx(
         # The row lock on message_seq is held until this transaction ends: no other can take
         # a later seq and commit first, so a reader that has seen seq n has seen every seq < n.
         seq = await self._pg.raw.fetchval("UPDATE message_seq SET last = last + 1 RETURNING last")
-        await self._run(
-            "INSERT INTO messages (id, chat_jid, sender, sender_name, content, timestamp, "
-            "is_from_me, message_type, metadata, seq, verb, topic, reply_to, platform_id, "
-            "routed_to, observed, conversation_id, run_id, decision) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                message.id,
-                message.chat_jid,
-                message.sender,
-                message.sender_name,
-                message.content,
-                to_iso(message.timestamp),
-                int(message.is_from_me),
-                message.message_type.value,
-                dump_json(dict(message.metadata)),
-                seq,
-                message.verb,
-                message.topic,
-                message.reply_to,
-                message.platform_id,
-                message.routed_to,
-                int(message.observed),
-                message.conversation_id,
-                message.run_id,
-                None if message.decision is None else dump_json(dict(message.decision)),
-            ),
-        )
-        if message.conversation_id is not None:
-            tokens = self._context_tokens(message.message_type, message.metadata, message.content)
-            await self._add_tokens(message.conversation_id, tokens)
+        await self._run(INSERT_MESSAGE + "?)", (*message_values(message), seq))
+        await self._count_into_conversation(message)
         self.notify.add("postroom_messages")
         return int(seq)
 

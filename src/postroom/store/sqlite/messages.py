@@ -13,7 +13,13 @@ from postroom.store.records import DropRecord, NewMessage
 from postroom.store.sqlite.base import Statements
 from postroom.store.sqlite.codec import dump_json, from_iso, load_json, load_object, to_iso
 
-__all__ = ["MESSAGE_COLUMNS", "MessageStatements", "message_from_row"]
+__all__ = [
+    "INSERT_MESSAGE",
+    "MESSAGE_COLUMNS",
+    "MessageStatements",
+    "message_from_row",
+    "message_values",
+]
 
 MESSAGE_COLUMNS = (
     "id, chat_jid, seq, sender, sender_name, content, timestamp, is_from_me, message_type, "
@@ -27,6 +33,40 @@ _WIDTH = len(MESSAGE_COLUMNS.split(","))
 #: Decoded context rows kept (about ten conversations' worth at ``context.max_messages`` 200):
 #: bounded, so memory stays flat however many conversations go idle.
 _DECODED_ROWS = 4096
+
+
+#: A message row's columns, its seq last: the engine gives the seq's value (SQLite the next
+#: number in a subquery, PostgreSQL one taken from its locked counter) and closes the list.
+INSERT_MESSAGE = (
+    "INSERT INTO messages (id, chat_jid, sender, sender_name, content, timestamp, "
+    "is_from_me, message_type, metadata, verb, topic, reply_to, platform_id, routed_to, "
+    "observed, conversation_id, run_id, decision, seq) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+)
+
+
+def message_values(message: NewMessage) -> tuple[Any, ...]:
+    """The values of :data:`INSERT_MESSAGE`'s columns but the seq, in order."""
+    return (
+        message.id,
+        message.chat_jid,
+        message.sender,
+        message.sender_name,
+        message.content,
+        to_iso(message.timestamp),
+        int(message.is_from_me),
+        message.message_type.value,
+        dump_json(dict(message.metadata)),
+        message.verb,
+        message.topic,
+        message.reply_to,
+        message.platform_id,
+        message.routed_to,
+        int(message.observed),
+        message.conversation_id,
+        message.run_id,
+        None if message.decision is None else dump_json(dict(message.decision)),
+    )
 
 
 class MessageStatements(Statements):
@@ -65,37 +105,16 @@ class MessageStatements(Statements):
 
     async def insert_message(self, message: NewMessage) -> int:
         row = await self._one(
-            "INSERT INTO messages (id, chat_jid, sender, sender_name, content, timestamp, "
-            "is_from_me, message_type, metadata, seq, verb, topic, reply_to, platform_id, "
-            "routed_to, observed, conversation_id, run_id, decision) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, "
-            "(SELECT COALESCE(MAX(seq), 0) + 1 FROM messages), ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-            "RETURNING seq",
-            (
-                message.id,
-                message.chat_jid,
-                message.sender,
-                message.sender_name,
-                message.content,
-                to_iso(message.timestamp),
-                int(message.is_from_me),
-                message.message_type.value,
-                dump_json(dict(message.metadata)),
-                message.verb,
-                message.topic,
-                message.reply_to,
-                message.platform_id,
-                message.routed_to,
-                int(message.observed),
-                message.conversation_id,
-                message.run_id,
-                None if message.decision is None else dump_json(dict(message.decision)),
-            ),
+            INSERT_MESSAGE + "(SELECT COALESCE(MAX(seq), 0) + 1 FROM messages)) RETURNING seq",
+            message_values(message),
         )
+        await self._count_into_conversation(message)
+        return int(row[0])
+
+    async def _count_into_conversation(self, message: NewMessage) -> None:
         if message.conversation_id is not None:
             tokens = self._context_tokens(message.message_type, message.metadata, message.content)
             await self._add_tokens(message.conversation_id, tokens)
-        return int(row[0])
 
     def _context_tokens(
         self, message_type: MessageType, metadata: Mapping[str, Any], content: str
