@@ -10,10 +10,10 @@ import itertools
 import logging
 import os
 import tomllib
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -153,10 +153,9 @@ async def seed_spec_table(services: Services) -> None:
         await services.routes.add_route(seq, match, target, actor="test")
 
 
-async def eventually(
-    check: Callable[[], bool | Awaitable[bool]], what: str, *, timeout_s: float = 20.0
-) -> None:
-    """Wait (polling briefly) until *check* holds; fail with *what* after a generous timeout."""
+async def eventually(check: Callable[[], Any], what: str, *, timeout_s: float = 20.0) -> Any:
+    """Wait (polling briefly) until *check* holds, and return what it gave; fail with *what*
+    after a generous timeout."""
     try:
         async with asyncio.timeout(timeout_s):
             while True:
@@ -164,7 +163,7 @@ async def eventually(
                 if inspect.isawaitable(result):
                     result = await result
                 if result:
-                    return
+                    return result
                 await asyncio.sleep(0.01)
     except TimeoutError:
         raise AssertionError(f"timed out waiting for {what}") from None

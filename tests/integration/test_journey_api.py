@@ -9,7 +9,7 @@ import shutil
 import socket
 import sys
 import tomllib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,19 +22,10 @@ from postroom.cli.main import app as cli_app
 from postroom.config import load_config
 from postroom.logs import configure_logging
 
+from support import eventually
+
 CHAT = "telegram:42"
 WAIT_S = 15.0
-
-
-async def eventually(check: Callable[[], Awaitable[Any]], *, what: str) -> Any:
-    deadline = asyncio.get_running_loop().time() + WAIT_S
-    while True:
-        value = await check()
-        if value:
-            return value
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 @pytest.fixture(scope="module")
