@@ -8,7 +8,6 @@ under the caller's token name and confines them to the token's folder. Lists are
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
@@ -493,18 +492,10 @@ async def _event_stream(
                 yield _frame(Event("message", message_to_dict(message)))
                 last_seq = message.seq
         yield b": connected\n\n"
-        iterator = subscription.__aiter__()
-        while True:
-            try:
-                async with asyncio.timeout(SSE_KEEPALIVE_S):
-                    event = await anext(iterator)
-            except TimeoutError:
-                if await request.is_disconnected():
-                    return
+        async for event in subscription.with_keepalives(SSE_KEEPALIVE_S, request.is_disconnected):
+            if event is None:
                 yield b": keep-alive\n\n"
                 continue
-            except StopAsyncIteration:
-                return
             if (
                 event.kind == "message"
                 and last_seq is not None

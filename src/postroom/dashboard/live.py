@@ -8,7 +8,6 @@ something moved, so htmx reloads the part that shows it.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -53,18 +52,10 @@ class LiveFeed:
         )
         try:
             yield b": connected\n\n"
-            iterator = subscription.__aiter__()
-            while True:
-                try:
-                    async with asyncio.timeout(KEEPALIVE_S):
-                        event = await anext(iterator)
-                except TimeoutError:
-                    if await request.is_disconnected():
-                        return
+            async for event in subscription.with_keepalives(KEEPALIVE_S, request.is_disconnected):
+                if event is None:
                     yield b": keep-alive\n\n"
                     continue
-                except StopAsyncIteration:
-                    return
                 data = event.data
                 routed = data.get("routed_to") or data.get("folder")
                 if within is not None and not (routed and is_within(str(routed), within)):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,6 +85,25 @@ class Subscription:
 
     def __aiter__(self) -> AsyncIterator[Event]:
         return self._events()
+
+    async def with_keepalives(
+        self, every_s: float, gone: Callable[[], Awaitable[bool]]
+    ) -> AsyncIterator[Event | None]:
+        """The events as they come, and ``None`` whenever none came for *every_s* (a stream
+        sends a keep-alive then); ends once *gone* says the client left, or the bus closes."""
+        events = self._events()
+        while True:
+            try:
+                async with asyncio.timeout(every_s):
+                    event = await anext(events)
+            except TimeoutError:
+                if await gone():
+                    return
+                yield None
+                continue
+            except StopAsyncIteration:
+                return
+            yield event
 
     async def _events(self) -> AsyncIterator[Event]:
         while True:
