@@ -35,7 +35,7 @@ from postroom.store.sqlite.blobs import BlobStatements
 from postroom.store.sqlite.catalog import CatalogStatements
 from postroom.store.sqlite.chats import ChatStatements
 from postroom.store.sqlite.codec import to_iso
-from postroom.store.sqlite.memory import MemoryStatements, fact_from_row, fts_words
+from postroom.store.sqlite.memory import MemoryStatements, fact_from_row, fts_words, usage_row
 from postroom.store.sqlite.messages import INSERT_MESSAGE, MessageStatements, message_values
 from postroom.store.sqlite.outbox import DELIVERY_COLUMNS, OutboxStatements, delivery_from_row
 from postroom.store.sqlite.queue import JOB_COLUMNS, QueueStatements, job_from_row
@@ -324,19 +324,7 @@ class PgTx(
             "ORDER BY day, folder, provider, model",
             (to_iso(since) if since else "",),
         )
-        return [
-            UsageRow(
-                r[0],
-                r[1],
-                r[2],
-                r[3],
-                int(r[4]),
-                int(r[5]),
-                int(r[6]),
-                None if r[7] is None else float(r[7]),
-            )
-            for r in rows
-        ]
+        return [usage_row(r) for r in rows]
 
 
 def _lexeme(word: str) -> str:

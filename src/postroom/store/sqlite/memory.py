@@ -12,7 +12,7 @@ from postroom.store.sqlite.base import Statements
 from postroom.store.sqlite.codec import from_iso, to_iso
 from postroom.store.sqlite.messages import MESSAGE_COLUMNS, message_from_row
 
-__all__ = ["MemoryStatements", "fact_from_row", "fts_query", "fts_words"]
+__all__ = ["MemoryStatements", "fact_from_row", "fts_query", "fts_words", "usage_row"]
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -186,19 +186,14 @@ class MemoryStatements(Statements):
             "ORDER BY day, folder, provider, model",
             (to_iso(since) if since else "",),
         )
-        return [
-            UsageRow(
-                r[0],
-                r[1],
-                r[2],
-                r[3],
-                int(r[4]),
-                int(r[5]),
-                int(r[6]),
-                None if r[7] is None else float(r[7]),
-            )
-            for r in rows
-        ]
+        return [usage_row(r) for r in rows]
+
+
+def usage_row(r: Any) -> UsageRow:
+    """A row of the usage query: day, folder, provider, model, runs, tokens in and out, cost
+    (``NULL`` when a run used tokens that have no price)."""
+    cost = None if r[7] is None else float(r[7])
+    return UsageRow(r[0], r[1], r[2], r[3], int(r[4]), int(r[5]), int(r[6]), cost)
 
 
 def fact_from_row(row: Any) -> MemoryFact:
